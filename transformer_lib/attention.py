@@ -1,0 +1,233 @@
+"""Scaled dot-product attention and multi-head attention (self and cross).
+
+Masks follow the package convention: bool, ``True`` = may attend, broadcastable
+to the scores (B, num_heads, T_q, T_k). A query whose every key is masked gets
+an output of zeros (and weights of zeros), never NaN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "fused_attention",
+    "MultiHeadAttention",
+    "KVCache",
+    "capture_attention",
+]
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            "query, key and value need at least 2 dimensions (..., T, d), got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"query and key must have the same feature size d_k, got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same length, got key length {k.shape[-2]} "
+            f"and value length {v.shape[-2]}"
+        )
+
+
+def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a bool torch.Tensor (True = may attend), got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool tensor with True = may attend, got dtype {mask.dtype}; "
+            "for a 0/1 mask use mask.bool(), for PyTorch's True = blocked use ~mask"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
+            f"{tuple(scores_shape)} (B, num_heads, T_q, T_k); a padding mask is (B, 1, 1, T_k), "
+            "a causal mask (T_q, T_k)"
+        )
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(d_k)) v, step by step; returns (out, weights).
+
+    q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v), mask bool broadcastable to
+    (..., T_q, T_k) with True = may attend -> out (..., T_q, d_v), weights (..., T_q, T_k).
+    The weights are those before dropout.
+    """
+    _check_qkv(q, k, v)
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if mask is not None:
+        _check_mask(mask, scores.shape)
+        # The most negative finite number, not -inf: a fully masked row stays finite
+        # through the softmax and is then zeroed below instead of turning into NaN.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (..., T_q, T_k), rows sum to 1
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # fully masked rows become all zeros
+    attended = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    return attended @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """The same output as `scaled_dot_product_attention` through PyTorch's fused kernel; no weights.
+
+    Shapes as in `scaled_dot_product_attention`; returns out (..., T_q, d_v).
+    """
+    _check_qkv(q, k, v)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    # F.scaled_dot_product_attention uses the same bool convention (True = take part).
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): False on fully masked rows
+    return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
+
+
+class KVCache:
+    """Keys and values of the positions seen so far by one attention layer, (B, num_heads, T_past, d_k)."""
+
+    def __init__(self) -> None:
+        self.key: torch.Tensor | None = None
+        self.value: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.key is None else self.key.shape[-2]
+
+    def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new (B, h, T_new, d_k) keys and values; return all of them, (B, h, T_past + T_new, d_k)."""
+        if self.key is None:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=-2)
+            self.value = torch.cat([self.value, value], dim=-2)
+        return self.key, self.value
+
+
+class MultiHeadAttention(nn.Module):
+    """num_heads attention heads of width d_k = d_model / num_heads, run in parallel and recombined.
+
+    Self-attention: ``mha(x, x, x)``. Cross-attention: ``mha(decoder_x, memory, memory)``;
+    query and key may have different lengths.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.keep_weights = False  # set True (or use capture_attention) to keep the last weights
+        self.last_weights: torch.Tensor | None = None
+
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3:
+                raise ValueError(f"{name} must have shape (B, T, d_model), got shape {tuple(t.shape)}")
+            if t.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must have last dimension d_model={self.d_model}, got {t.shape[-1]}")
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(
+                f"key and value must have the same length, got key length {key.shape[1]} "
+                f"and value length {value.shape[1]}"
+            )
+        if not (query.shape[0] == key.shape[0] == value.shape[0]):
+            raise ValueError(
+                f"query, key and value must share the batch size, got {query.shape[0]}, "
+                f"{key.shape[0]} and {value.shape[0]}"
+            )
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) -> (B, num_heads, T, d_k)."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    def combine_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, num_heads, T, d_k) -> (B, T, d_model)."""
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, h * d_k)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (B, T_q, d_model), key/value (B, T_k, d_model) -> (out (B, T_q, d_model), weights).
+
+        mask: bool, True = may attend, broadcastable to (B, num_heads, T_q, T_k).
+        weights (B, num_heads, T_q, T_k) when need_weights, else None and the fused kernel runs.
+        cache: a KVCache; this call's keys and values are appended and the query attends to all.
+        """
+        self._check_inputs(query, key, value)
+        q = self.split_heads(self.q_proj(query))  # (B, h, T_q, d_k)
+        k = self.split_heads(self.k_proj(key))  # (B, h, T_k, d_k)
+        v = self.split_heads(self.v_proj(value))  # (B, h, T_k, d_k)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, h, T_past + T_k, d_k)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights or self.keep_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)
+            if self.keep_weights:
+                self.last_weights = weights.detach()
+        else:
+            out, weights = fused_attention(q, k, v, mask, dropout_p), None  # (B, h, T_q, d_k)
+        out = self.out_proj(self.combine_heads(out))  # (B, T_q, d_model)
+        return out, (weights if need_weights else None)
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    """Within the block, record each MultiHeadAttention's last weights, keyed by module name.
+
+    Weights are (B, num_heads, T_q, T_k). The dict is filled when the block exits.
+    """
+    modules = {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    before = {name: m.keep_weights for name, m in modules.items()}
+    captured: dict[str, torch.Tensor] = {}
+    for m in modules.values():
+        m.keep_weights, m.last_weights = True, None
+    try:
+        yield captured
+    finally:
+        for name, m in modules.items():
+            if m.last_weights is not None:
+                captured[name] = m.last_weights
+            m.keep_weights, m.last_weights = before[name], None

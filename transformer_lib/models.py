@@ -1,0 +1,262 @@
+"""The three model families: encoder-decoder, encoder-only and decoder-only."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import KVCache
+from .config import TransformerConfig, resolve_config
+from .decoder import Decoder
+from .embedding import TokenEmbedding, check_token_ids
+from .encoder import Encoder
+from .masks import causal_mask, padding_mask, target_mask
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+__all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegressor", "DecoderOnlyLM"]
+
+
+def _positional(cfg: TransformerConfig) -> nn.Module:
+    kind = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
+    return kind(cfg.d_model, cfg.max_len, cfg.dropout)
+
+
+def _encoder(cfg: TransformerConfig) -> Encoder:
+    return Encoder(
+        cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.norm_first,
+        cfg.activation, cfg.layer_norm_eps, cfg.use_final_norm,
+    )
+
+
+def _decoder(cfg: TransformerConfig, cross_attention: bool = True) -> Decoder:
+    return Decoder(
+        cfg.decoder_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.norm_first,
+        cfg.activation, cfg.layer_norm_eps, cfg.use_final_norm, cross_attention,
+    )
+
+
+def _init_weights(model: nn.Module) -> None:
+    """Xavier-uniform for every matrix, as nn.Transformer does; keep LayerNorm at 1 and 0."""
+    for name, p in model.named_parameters():
+        if p.dim() > 1 and "pos" not in name:
+            nn.init.xavier_uniform_(p)
+
+
+def _check_2d(tokens: torch.Tensor, name: str) -> None:
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"{name} must be a (B, S) tensor of token ids, got {shape}")
+
+
+def _sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+    """(B, V) logits of the last position -> (B, 1) next ids: argmax if temperature == 0, else sampled."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    logits = logits / temperature
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of Vaswani et al. (2017): src (B, S), tgt (B, T) -> logits (B, T, V_tgt).
+
+    Build it from a TransformerConfig, keyword overrides, or both: ``Transformer(cfg, norm_first=True)``.
+    """
+
+    def __init__(self, config: TransformerConfig | None = None, **overrides):
+        super().__init__()
+        cfg = self.config = resolve_config(config, overrides)
+        self.pad_id = cfg.pad_id
+        self.src_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.tgt_embed = TokenEmbedding(cfg.target_vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.src_pos = _positional(cfg)
+        self.tgt_pos = _positional(cfg)  # added to the decoder's own input embeddings
+        self.encoder = _encoder(cfg)
+        self.decoder = _decoder(cfg)
+        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size)  # d_model -> logits
+        _init_weights(self)
+        if cfg.tie_embeddings:
+            self.generator.weight = self.tgt_embed.table.weight
+
+    def make_src_mask(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S) -> (B, 1, 1, S): keys that are not padding (True = may attend)."""
+        return padding_mask(src, self.pad_id)
+
+    def make_tgt_mask(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, T) -> (B, 1, T, T): keys that are neither padding nor in the future."""
+        return target_mask(tgt, self.pad_id)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """src (B, S) ids -> memory (B, S, d_model)."""
+        _check_2d(src, "src")
+        if src_mask is None:
+            src_mask = self.make_src_mask(src)
+        return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tgt (B, T) ids, memory (B, S, d_model) -> logits (B, T, V_tgt)."""
+        _check_2d(tgt, "tgt")
+        if tgt_mask is None:
+            tgt_mask = self.make_tgt_mask(tgt)
+        x = self.tgt_pos(self.tgt_embed(tgt))  # (B, T, d_model)
+        x = self.decoder(x, memory, tgt_mask, src_mask)  # (B, T, d_model)
+        return self.generator(x)  # (B, T, V_tgt)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src (B, S), tgt (B, T) (starting with BOS) -> logits (B, T, V_tgt)."""
+        src_mask = self.make_src_mask(src)
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
+        """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding)."""
+        _check_2d(src, "src")
+        src_mask = self.make_src_mask(src)
+        memory = self.encode(src, src_mask)  # (B, S, d_model), computed once
+        B = src.shape[0]
+        out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        for _ in range(max_new_tokens):
+            logits = self.decode(out, memory, src_mask)[:, -1]  # (B, V)
+            next_id = logits.argmax(dim=-1)  # (B,)
+            next_id = next_id.masked_fill(done, self.pad_id)
+            out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
+            done |= next_id == eos_id
+            if bool(done.all()):
+                break
+        return out
+
+
+class EncoderOnlyModel(nn.Module):
+    """An encoder, a pooling step and a linear head: tokens (B, S) -> (B, num_outputs).
+
+    pooling="mean" averages the real (non-pad) positions; pooling="first" takes position 0
+    (a [CLS]-style token the data must provide).
+    """
+
+    def __init__(self, config: TransformerConfig | None = None, num_outputs: int = 2, pooling: str = "mean",
+                 **overrides):
+        super().__init__()
+        if pooling not in ("mean", "first"):
+            raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}")
+        cfg = self.config = resolve_config(config, overrides)
+        self.pad_id = cfg.pad_id
+        self.pooling = pooling
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.pos = _positional(cfg)
+        self.encoder = _encoder(cfg)
+        self.head = nn.Linear(cfg.d_model, num_outputs)
+        _init_weights(self)
+
+    def encode(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, S) -> (hidden (B, S, d_model), padding mask (B, 1, 1, S))."""
+        _check_2d(tokens, "tokens")
+        mask = padding_mask(tokens, self.pad_id)  # (B, 1, 1, S)
+        return self.encoder(self.pos(self.embed(tokens)), mask), mask
+
+    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """hidden (B, S, d_model), mask (B, 1, 1, S) -> (B, d_model), one vector per sequence."""
+        if self.pooling == "first":
+            return hidden[:, 0]
+        keep = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
+        return (hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)  # (B, d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, S) -> (B, num_outputs)."""
+        hidden, mask = self.encode(tokens)
+        return self.head(self.pool(hidden, mask))
+
+
+class EncoderClassifier(EncoderOnlyModel):
+    """Sequence classification: tokens (B, S) -> class logits (B, num_classes)."""
+
+    def __init__(self, config: TransformerConfig | None = None, num_classes: int = 2, pooling: str = "mean",
+                 **overrides):
+        super().__init__(config, num_classes, pooling, **overrides)
+
+
+class EncoderRegressor(EncoderOnlyModel):
+    """Sequence regression: tokens (B, S) -> (B,) values, or (B, num_targets) when num_targets > 1."""
+
+    def __init__(self, config: TransformerConfig | None = None, num_targets: int = 1, pooling: str = "mean",
+                 **overrides):
+        super().__init__(config, num_targets, pooling, **overrides)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, S) -> (B,) or (B, num_targets)."""
+        out = super().forward(tokens)  # (B, num_targets)
+        return out.squeeze(-1) if out.shape[-1] == 1 else out
+
+
+class DecoderOnlyLM(nn.Module):
+    """A GPT-style language model: decoder layers without cross-attention. tokens (B, T) -> logits (B, T, V)."""
+
+    def __init__(self, config: TransformerConfig | None = None, **overrides):
+        super().__init__()
+        cfg = self.config = resolve_config(config, overrides)
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding)
+        self.pos = _positional(cfg)
+        self.decoder = _decoder(cfg, cross_attention=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        _init_weights(self)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.table.weight
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty KVCache per layer."""
+        return [KVCache() for _ in self.decoder.layers]
+
+    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """tokens (B, T) -> logits (B, T, V). With caches, tokens continue the cached positions."""
+        _check_2d(tokens, "tokens")
+        _, T = tokens.shape
+        past = 0 if caches is None else len(caches[0])
+        mask = causal_mask(past + T, device=tokens.device)[past:]  # (T, past + T): rows of the new positions
+        x = self.pos(self.embed(tokens), offset=past)  # (B, T, d_model)
+        x = self.decoder(x, tgt_mask=mask, caches=caches)  # (B, T, d_model)
+        return self.lm_head(x)  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """prompt (B, T0) -> (B, T0 + max_new_tokens). temperature=0 is greedy; top_k keeps the k likeliest.
+
+        With use_cache, earlier keys and values are kept, so each step feeds one token.
+        """
+        _check_2d(prompt, "prompt")
+        check_token_ids(prompt, self.config.vocab_size, "prompt")
+        total = prompt.shape[1] + max_new_tokens
+        if total > self.config.max_len:
+            raise ValueError(
+                f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = {total} "
+                f"exceeds max_len={self.config.max_len}"
+            )
+        out = prompt
+        caches = self.new_cache() if use_cache else None
+        step_input = prompt
+        for _ in range(max_new_tokens):
+            logits = self(step_input if use_cache else out, caches)[:, -1]  # (B, V)
+            next_id = _sample_next(logits, temperature, top_k, generator)  # (B, 1)
+            out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
+            step_input = next_id
+        return out
