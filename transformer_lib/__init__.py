@@ -1,21 +1,45 @@
-"""transformer_lib: the tested components of *Transformers, built and seen*."""
+"""transformer_lib: the tested components of *Transformers, built and seen*.
 
-from .attention import KVCache, MultiHeadAttention, capture_attention, fused_attention, scaled_dot_product_attention
-from .config import TransformerConfig
-from .decoder import Decoder, DecoderLayer
-from .embedding import TokenEmbedding, check_token_ids
-from .encoder import Encoder, EncoderLayer
-from .layers import AddNorm, FeedForward, LayerNorm, get_activation
-from .masks import (
-    causal_mask,
-    combine_masks,
-    from_torch_convention,
-    padding_mask,
-    target_mask,
-    to_torch_convention,
-)
-from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
-from .utils import count_parameters, get_device, set_seed
+Every public name is importable from here, e.g. ``from transformer_lib import MultiHeadAttention``.
+Masks everywhere are bool with True = may attend.
+"""
+
+from . import attention, config, data, decoder, embedding, encoder, interop, layers, masks, models, positional
+from . import training, utils, viz
+from .attention import *  # noqa: F403
+from .config import *  # noqa: F403
+from .data import *  # noqa: F403
+from .decoder import *  # noqa: F403
+from .embedding import *  # noqa: F403
+from .encoder import *  # noqa: F403
+from .interop import *  # noqa: F403
+from .layers import *  # noqa: F403
+from .masks import *  # noqa: F403
+from .models import *  # noqa: F403
+from .positional import *  # noqa: F403
+from .training import *  # noqa: F403
+from .utils import *  # noqa: F403
+from .viz import *  # noqa: F403
 
 __version__ = "0.1.0"
+
+__all__ = sorted(
+    name
+    for module in (
+        attention,
+        config,
+        data,
+        decoder,
+        embedding,
+        encoder,
+        interop,
+        layers,
+        masks,
+        models,
+        positional,
+        training,
+        utils,
+        viz,
+    )
+    for name in module.__all__
+)

@@ -31,13 +31,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same feature size d_k, got {q.shape[-1]} and {k.shape[-1]}"
-        )
+        raise ValueError(f"query and key must have the same feature size d_k, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"key and value must have the same length, got key length {k.shape[-2]} "
-            f"and value length {v.shape[-2]}"
+            f"key and value must have the same length, got key length {k.shape[-2]} and value length {v.shape[-2]}"
         )
 
 
@@ -140,9 +137,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}"
-            )
+            raise ValueError(f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_k = d_model // num_heads

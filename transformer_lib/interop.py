@@ -37,6 +37,7 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, what: str) -> None:
 
 # ---- attention --------------------------------------------------------------------------------
 
+
 def _mha_from_torch(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
     if theirs.in_proj_weight is None:
         raise ValueError("nn.MultiheadAttention with separate kdim/vdim is not supported")
@@ -105,6 +106,7 @@ def _check_layer(ours: nn.Module, theirs: nn.Module) -> None:
 
 # ---- layers -----------------------------------------------------------------------------------
 
+
 def _encoder_layer_from_torch(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
     _check_layer(ours, theirs)
     _mha_from_torch(ours.self_attn, theirs.self_attn)
@@ -152,8 +154,7 @@ def _stack(dst: nn.Module, src: nn.Module, copy_layer) -> None:
         copy_layer(d, s)
     if (dst.norm is None) != (src.norm is None):
         raise ValueError(
-            "one stack ends with a LayerNorm and the other does not; build ours with final_norm="
-            f"{src.norm is not None}"
+            f"one stack ends with a LayerNorm and the other does not; build ours with final_norm={src.norm is not None}"
         )
     if dst.norm is not None:
         _norm(dst.norm, src.norm)
@@ -165,8 +166,11 @@ _FROM_TORCH = [
     (DecoderLayer, nn.TransformerDecoderLayer, _decoder_layer_from_torch),
     (Encoder, nn.TransformerEncoder, lambda d, s: _stack(d, s, _encoder_layer_from_torch)),
     (Decoder, nn.TransformerDecoder, lambda d, s: _stack(d, s, _decoder_layer_from_torch)),
-    (Transformer, nn.Transformer, lambda d, s: (load_from_torch(d.encoder, s.encoder),
-                                                load_from_torch(d.decoder, s.decoder))),
+    (
+        Transformer,
+        nn.Transformer,
+        lambda d, s: (load_from_torch(d.encoder, s.encoder), load_from_torch(d.decoder, s.decoder)),
+    ),
 ]
 _INTO_TORCH = [
     (nn.MultiheadAttention, MultiHeadAttention, _mha_into_torch),
@@ -174,8 +178,11 @@ _INTO_TORCH = [
     (nn.TransformerDecoderLayer, DecoderLayer, _decoder_layer_into_torch),
     (nn.TransformerEncoder, Encoder, lambda d, s: _stack(d, s, _encoder_layer_into_torch)),
     (nn.TransformerDecoder, Decoder, lambda d, s: _stack(d, s, _decoder_layer_into_torch)),
-    (nn.Transformer, Transformer, lambda d, s: (load_into_torch(d.encoder, s.encoder),
-                                                load_into_torch(d.decoder, s.decoder))),
+    (
+        nn.Transformer,
+        Transformer,
+        lambda d, s: (load_into_torch(d.encoder, s.encoder), load_into_torch(d.decoder, s.decoder)),
+    ),
 ]
 
 
@@ -207,8 +214,13 @@ def _layer_kwargs(layer: nn.Module) -> dict:
     if act is None:
         raise ValueError("only ReLU and GELU activations can be converted")
     return dict(
-        d_model=layer.self_attn.embed_dim, num_heads=layer.self_attn.num_heads, d_ff=layer.linear1.out_features,
-        dropout=layer.dropout.p, norm_first=layer.norm_first, activation=act, eps=layer.norm1.eps,
+        d_model=layer.self_attn.embed_dim,
+        num_heads=layer.self_attn.num_heads,
+        d_ff=layer.linear1.out_features,
+        dropout=layer.dropout.p,
+        norm_first=layer.norm_first,
+        activation=act,
+        eps=layer.norm1.eps,
     )
 
 
@@ -230,10 +242,17 @@ def from_torch(theirs: nn.Module, **overrides) -> nn.Module:
     elif isinstance(theirs, nn.Transformer):
         kw = _layer_kwargs(theirs.encoder.layers[0])
         ours = Transformer(
-            d_model=kw["d_model"], num_heads=kw["num_heads"], d_ff=kw["d_ff"], dropout=kw["dropout"],
-            norm_first=kw["norm_first"], activation=kw["activation"], layer_norm_eps=kw["eps"],
-            num_layers=len(theirs.encoder.layers), num_decoder_layers=len(theirs.decoder.layers),
-            final_norm=True, **overrides,
+            d_model=kw["d_model"],
+            num_heads=kw["num_heads"],
+            d_ff=kw["d_ff"],
+            dropout=kw["dropout"],
+            norm_first=kw["norm_first"],
+            activation=kw["activation"],
+            layer_norm_eps=kw["eps"],
+            num_layers=len(theirs.encoder.layers),
+            num_decoder_layers=len(theirs.decoder.layers),
+            final_norm=True,
+            **overrides,
         )
     else:
         raise TypeError(f"no counterpart for {type(theirs).__name__}")
@@ -243,17 +262,23 @@ def from_torch(theirs: nn.Module, **overrides) -> nn.Module:
 def _torch_layer_kwargs(layer: nn.Module) -> dict:
     first = layer.attn_block if isinstance(layer, EncoderLayer) else layer.self_attn_block
     return dict(
-        d_model=layer.d_model, nhead=layer.self_attn.num_heads, dim_feedforward=layer.feed_forward.linear1.out_features,
-        dropout=layer.self_attn.dropout, activation=layer.feed_forward.activation_name,
-        layer_norm_eps=first.norm.eps, batch_first=True, norm_first=first.norm_first,
+        d_model=layer.d_model,
+        nhead=layer.self_attn.num_heads,
+        dim_feedforward=layer.feed_forward.linear1.out_features,
+        dropout=layer.self_attn.dropout,
+        activation=layer.feed_forward.activation_name,
+        layer_norm_eps=first.norm.eps,
+        batch_first=True,
+        norm_first=first.norm_first,
     )
 
 
 def to_torch(ours: nn.Module) -> nn.Module:
     """Build the torch.nn module (batch_first=True) with the same architecture and weights as ours."""
     if isinstance(ours, MultiHeadAttention):
-        theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, ours.dropout,
-                                       bias=ours.q_proj.bias is not None, batch_first=True)
+        theirs = nn.MultiheadAttention(
+            ours.d_model, ours.num_heads, ours.dropout, bias=ours.q_proj.bias is not None, batch_first=True
+        )
     elif isinstance(ours, EncoderLayer):
         theirs = nn.TransformerEncoderLayer(**_torch_layer_kwargs(ours))
     elif isinstance(ours, DecoderLayer):
@@ -275,5 +300,3 @@ def to_torch(ours: nn.Module) -> nn.Module:
     else:
         raise TypeError(f"no torch.nn counterpart for {type(ours).__name__}")
     return load_into_torch(theirs, ours)
-
-

@@ -23,15 +23,30 @@ def _positional(cfg: TransformerConfig) -> nn.Module:
 
 def _encoder(cfg: TransformerConfig) -> Encoder:
     return Encoder(
-        cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.norm_first,
-        cfg.activation, cfg.layer_norm_eps, cfg.use_final_norm,
+        cfg.num_layers,
+        cfg.d_model,
+        cfg.num_heads,
+        cfg.d_ff,
+        cfg.dropout,
+        cfg.norm_first,
+        cfg.activation,
+        cfg.layer_norm_eps,
+        cfg.use_final_norm,
     )
 
 
 def _decoder(cfg: TransformerConfig, cross_attention: bool = True) -> Decoder:
     return Decoder(
-        cfg.decoder_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.norm_first,
-        cfg.activation, cfg.layer_norm_eps, cfg.use_final_norm, cross_attention,
+        cfg.decoder_layers,
+        cfg.d_model,
+        cfg.num_heads,
+        cfg.d_ff,
+        cfg.dropout,
+        cfg.norm_first,
+        cfg.activation,
+        cfg.layer_norm_eps,
+        cfg.use_final_norm,
+        cross_attention,
     )
 
 
@@ -147,8 +162,9 @@ class EncoderOnlyModel(nn.Module):
     (a [CLS]-style token the data must provide).
     """
 
-    def __init__(self, config: TransformerConfig | None = None, num_outputs: int = 2, pooling: str = "mean",
-                 **overrides):
+    def __init__(
+        self, config: TransformerConfig | None = None, num_outputs: int = 2, pooling: str = "mean", **overrides
+    ):
         super().__init__()
         if pooling not in ("mean", "first"):
             raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}")
@@ -183,16 +199,18 @@ class EncoderOnlyModel(nn.Module):
 class EncoderClassifier(EncoderOnlyModel):
     """Sequence classification: tokens (B, S) -> class logits (B, num_classes)."""
 
-    def __init__(self, config: TransformerConfig | None = None, num_classes: int = 2, pooling: str = "mean",
-                 **overrides):
+    def __init__(
+        self, config: TransformerConfig | None = None, num_classes: int = 2, pooling: str = "mean", **overrides
+    ):
         super().__init__(config, num_classes, pooling, **overrides)
 
 
 class EncoderRegressor(EncoderOnlyModel):
     """Sequence regression: tokens (B, S) -> (B,) values, or (B, num_targets) when num_targets > 1."""
 
-    def __init__(self, config: TransformerConfig | None = None, num_targets: int = 1, pooling: str = "mean",
-                 **overrides):
+    def __init__(
+        self, config: TransformerConfig | None = None, num_targets: int = 1, pooling: str = "mean", **overrides
+    ):
         super().__init__(config, num_targets, pooling, **overrides)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,220 @@
+"""A plain training loop with a progress bar, the losses, evaluation and greedy decoding."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "History",
+    "fit",
+    "label_smoothed_cross_entropy",
+    "seq2seq_loss",
+    "lm_loss",
+    "classification_loss",
+    "greedy_decode",
+    "exact_match",
+    "classification_accuracy",
+    "lm_eval_loss",
+    "bigram_loss",
+]
+
+
+@dataclass
+class History:
+    """What `fit` saw: the training loss per step, evaluations, and the seconds spent."""
+
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    evals: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None = None, smoothing: float = 0.0
+) -> torch.Tensor:
+    """Mean cross-entropy of logits (..., V) against targets (...), skipping pad_id, with label smoothing.
+
+    Smoothing spreads `smoothing` of the target's probability mass uniformly over the vocabulary.
+    """
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"logits (..., V) and targets (...) disagree: {tuple(logits.shape)} vs {tuple(targets.shape)}")
+    V = logits.shape[-1]
+    return F.cross_entropy(
+        logits.reshape(-1, V),  # (N, V)
+        targets.reshape(-1),  # (N,)
+        ignore_index=-100 if pad_id is None else pad_id,
+        label_smoothing=smoothing,
+    )
+
+
+def seq2seq_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], smoothing: float = 0.1) -> torch.Tensor:
+    """Teacher forcing: feed tgt[:, :-1], predict tgt[:, 1:]; batch = (src (B, S), tgt (B, T))."""
+    src, tgt = batch
+    logits = model(src, tgt[:, :-1])  # (B, T-1, V)
+    return label_smoothed_cross_entropy(logits, tgt[:, 1:], model.pad_id, smoothing)
+
+
+def lm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Next-token cross-entropy; batch = (x (B, T), y (B, T)) with y = x shifted by one."""
+    x, y = batch
+    return label_smoothed_cross_entropy(model(x), y)
+
+
+def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy of class logits (B, C) against labels (B,)."""
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warm-up to 1, then cosine decay to 0.1 over the remaining steps."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def fit(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, tuple], torch.Tensor],
+    batches: Iterable[tuple],
+    steps: int,
+    lr: float = 1e-3,
+    warmup: int = 100,
+    weight_decay: float = 0.01,
+    clip_norm: float = 1.0,
+    device: torch.device | str | None = None,
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+    eval_every: int = 0,
+    time_limit: float | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> History:
+    """Train `model` with AdamW for `steps` batches (or until `time_limit` seconds); return the History.
+
+    loss_fn(model, batch) -> scalar loss. eval_fn(model) -> metrics, called every `eval_every`
+    steps and at the end, with the model in eval mode. Batches are moved to `device`.
+    """
+    from tqdm.auto import tqdm
+
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, steps))
+    history = History()
+    iterator: Iterator[tuple] = iter(batches)
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=0.5)
+
+    def evaluate(step: int) -> None:
+        model.eval()
+        with torch.no_grad():
+            metrics = eval_fn(model)
+        model.train()
+        history.eval_steps.append(step)
+        history.evals.append(metrics)
+        bar.set_postfix({k: round(v, 4) for k, v in metrics.items()})
+
+    model.train()
+    for step in bar:
+        batch = tuple(t.to(device) for t in next(iterator))
+        loss = loss_fn(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        schedule.step()
+        history.steps.append(step)
+        history.losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=round(history.losses[-1], 4))
+        if eval_fn is not None and eval_every and step and step % eval_every == 0:
+            evaluate(step)
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+    if eval_fn is not None:
+        evaluate(history.steps[-1] if history.steps else 0)
+    bar.close()
+    model.eval()
+    history.seconds = time.perf_counter() - start
+    return history
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
+    """Greedy decoding with an encoder-decoder model: src (B, S) -> (B, 1 + n) ids starting with BOS."""
+    return model.greedy_decode(src, bos_id, eos_id, max_new_tokens)
+
+
+def _strip(ids: list[int], eos_id: int, pad_id: int) -> list[int]:
+    out = []
+    for i in ids:
+        if i == eos_id:
+            break
+        if i != pad_id:
+            out.append(i)
+    return out
+
+
+@torch.no_grad()
+def exact_match(
+    model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, bos_id: int, eos_id: int, batch_size: int = 512
+) -> float:
+    """Fraction of rows whose greedy output equals the target exactly; tgt rows are <bos> ... <eos> padded."""
+    model.eval()
+    device = next(model.parameters()).device
+    pad_id = model.pad_id
+    correct = 0
+    for start in range(0, src.shape[0], batch_size):
+        s = src[start : start + batch_size].to(device)
+        t = tgt[start : start + batch_size]
+        pred = model.greedy_decode(s, bos_id, eos_id, max_new_tokens=t.shape[1]).cpu()  # (b, 1 + n)
+        for p, g in zip(pred[:, 1:].tolist(), t[:, 1:].tolist()):
+            correct += _strip(p, eos_id, pad_id) == _strip(g, eos_id, pad_id)
+    return correct / src.shape[0]
+
+
+@torch.no_grad()
+def classification_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+    """Fraction of rows of x (N, S) whose argmax class equals y (N,)."""
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    for start in range(0, x.shape[0], batch_size):
+        logits = model(x[start : start + batch_size].to(device))  # (b, C)
+        correct += int((logits.argmax(-1).cpu() == y[start : start + batch_size]).sum())
+    return correct / x.shape[0]
+
+
+@torch.no_grad()
+def lm_eval_loss(model: nn.Module, ids: torch.Tensor, block_size: int, batch_size: int = 64) -> float:
+    """Mean next-token loss (nats) of a language model over a 1-D id stream, cut into disjoint windows."""
+    model.eval()
+    device = next(model.parameters()).device
+    n = (ids.numel() - 1) // block_size
+    x = ids[: n * block_size].view(n, block_size)  # (n, block_size)
+    y = ids[1 : n * block_size + 1].view(n, block_size)  # (n, block_size)
+    total = 0.0
+    for start in range(0, n, batch_size):
+        xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
+        total += label_smoothed_cross_entropy(model(xb), yb).item() * xb.shape[0]
+    return total / n
+
+
+def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int, alpha: float = 0.1) -> float:
+    """Validation loss (nats) of a counted bigram model with add-alpha smoothing: the baseline to beat."""
+    counts = torch.full((vocab_size, vocab_size), alpha, dtype=torch.float64)  # (V, V)
+    counts.index_put_(
+        (train_ids[:-1], train_ids[1:]), torch.ones(train_ids.numel() - 1, dtype=torch.float64), accumulate=True
+    )
+    log_probs = (counts / counts.sum(dim=1, keepdim=True)).log()  # (V, V): row = previous token
+    return float(-log_probs[val_ids[:-1], val_ids[1:]].mean())

@@ -1,0 +1,357 @@
+"""Every figure the book draws. Each function takes ``ax=None`` (or ``axes=None``) and returns the figure.
+
+Nothing here changes matplotlib's global settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch
+from torch import nn
+
+__all__ = [
+    "plot_positional_encoding",
+    "plot_sinusoids",
+    "plot_attention",
+    "plot_attention_heads",
+    "plot_attention_layers",
+    "plot_mask",
+    "plot_architecture",
+    "plot_training_curves",
+    "pe_explorer",
+    "attention_explorer",
+]
+
+
+def _axes(ax, figsize):
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+        return fig, ax
+    return ax.figure, ax
+
+
+def _as_2d(t: torch.Tensor, what: str) -> torch.Tensor:
+    t = torch.as_tensor(t).detach().cpu().float()
+    if t.dim() != 2:
+        raise ValueError(f"{what} must be 2-D, got shape {tuple(t.shape)}")
+    return t
+
+
+def plot_positional_encoding(pe: torch.Tensor, ax=None, title: str = "Sinusoidal positional encoding") -> Figure:
+    """Heatmap of a (max_len, d_model) encoding: positions down, dimensions across."""
+    pe = _as_2d(pe, "pe")
+    fig, ax = _axes(ax, (7, 4))
+    im = ax.imshow(pe.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="value")
+    return fig
+
+
+def plot_sinusoids(pe: torch.Tensor, dims: Sequence[int] = (0, 2, 4, 8), ax=None) -> Figure:
+    """PE value against position for a few dimensions: low dimensions oscillate fast, high ones slowly."""
+    pe = _as_2d(pe, "pe")
+    fig, ax = _axes(ax, (7, 3.5))
+    for d in dims:
+        if not 0 <= d < pe.shape[1]:
+            raise ValueError(f"dimension {d} is outside [0, {pe.shape[1] - 1}]")
+        ax.plot(pe[:, d].numpy(), label=f"dim {d}")
+    ax.set_xlabel("position")
+    ax.set_ylabel("PE value")
+    ax.legend(loc="upper right", fontsize="small")
+    ax.set_title("One curve per dimension")
+    return fig
+
+
+def _label_axes(ax, query_tokens, key_tokens) -> None:
+    if key_tokens is not None:
+        ax.set_xticks(range(len(key_tokens)), list(key_tokens), rotation=90, fontsize="small")
+    if query_tokens is not None:
+        ax.set_yticks(range(len(query_tokens)), list(query_tokens), fontsize="small")
+
+
+def plot_attention(
+    weights: torch.Tensor,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    colorbar: bool = True,
+) -> Figure:
+    """One head's (T_q, T_k) attention weights: row = query, column = key."""
+    w = _as_2d(weights, "weights")
+    fig, ax = _axes(ax, (4.5, 4))
+    im = ax.imshow(w.numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    _label_axes(ax, query_tokens, key_tokens)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        fig.colorbar(im, ax=ax, shrink=0.8, label="weight")
+    return fig
+
+
+def plot_attention_heads(
+    weights: torch.Tensor,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    axes=None,
+    title: str | None = None,
+) -> Figure:
+    """All heads of one layer side by side; weights (num_heads, T_q, T_k)."""
+    w = torch.as_tensor(weights).detach().cpu().float()
+    if w.dim() != 3:
+        raise ValueError(f"weights must be (num_heads, T_q, T_k), got shape {tuple(w.shape)}")
+    h = w.shape[0]
+    if axes is None:
+        fig, axes = plt.subplots(1, h, figsize=(3 * h, 3.2), layout="constrained", squeeze=False)
+        axes = axes[0]
+    fig = axes[0].figure
+    for i, ax in enumerate(axes):
+        plot_attention(w[i], query_tokens if i == 0 else None, key_tokens, ax=ax, title=f"head {i}", colorbar=False)
+        if i:
+            ax.set_ylabel("")
+            ax.set_yticks([])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_attention_layers(
+    weights: Sequence[torch.Tensor],
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    axes=None,
+    layer_names: Sequence[str] | None = None,
+) -> Figure:
+    """A grid of layers (rows) by heads (columns); weights is a list of (num_heads, T_q, T_k)."""
+    ws = [torch.as_tensor(w).detach().cpu().float() for w in weights]
+    if not ws or any(w.dim() != 3 for w in ws):
+        raise ValueError("weights must be a non-empty list of (num_heads, T_q, T_k) tensors")
+    L, h = len(ws), ws[0].shape[0]
+    if axes is None:
+        fig, axes = plt.subplots(L, h, figsize=(2.6 * h, 2.6 * L), layout="constrained", squeeze=False)
+    fig = axes[0][0].figure
+    for layer in range(L):
+        for head in range(h):
+            ax = axes[layer][head]
+            plot_attention(
+                ws[layer][head],
+                query_tokens if head == 0 else None,
+                key_tokens if layer == L - 1 else None,
+                ax=ax,
+                colorbar=False,
+            )
+            name = layer_names[layer] if layer_names else f"layer {layer}"
+            ax.set_title(f"{name}, head {head}", fontsize="small")
+            ax.set_xlabel("" if layer < L - 1 else "key")
+            ax.set_ylabel("" if head else "query")
+            if layer < L - 1:
+                ax.set_xticks([])
+            if head:
+                ax.set_yticks([])
+    return fig
+
+
+def plot_mask(
+    mask: torch.Tensor,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    ax=None,
+    title: str = "mask",
+) -> Figure:
+    """A (T_q, T_k) bool mask as an image: filled = may attend (True), empty = blocked."""
+    m = torch.as_tensor(mask).detach().cpu()
+    while m.dim() > 2 and m.shape[0] == 1:
+        m = m[0]
+    m = _as_2d(m, "mask")
+    fig, ax = _axes(ax, (3.5, 3.5))
+    ax.imshow(m.numpy(), cmap="Greens", vmin=0, vmax=1, interpolation="nearest")
+    _label_axes(ax, query_tokens, key_tokens)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_title(title)
+    return fig
+
+
+# ---- architecture diagram ---------------------------------------------------------------------
+
+_SKIP = (nn.Dropout,)
+
+
+def _describe(module: nn.Module) -> str:
+    name = type(module).__name__
+    if isinstance(module, nn.Linear):
+        return f"Linear {module.in_features}→{module.out_features}"
+    if isinstance(module, nn.Embedding):
+        return f"Embedding {module.num_embeddings}×{module.embedding_dim}"
+    if hasattr(module, "num_heads") and hasattr(module, "d_model"):
+        return f"{name} (h={module.num_heads})"
+    return name
+
+
+def _tree(module: nn.Module, key: str, depth: int, max_depth: int) -> dict:
+    label = f"{key}: {_describe(module)}" if key else _describe(module)
+    children = []
+    if depth < max_depth:
+        for child_key, child in module.named_children():
+            if isinstance(child, _SKIP):
+                continue
+            if isinstance(child, nn.ModuleList) and len(child):
+                node = _tree(child[0], f"{child_key}[0..{len(child) - 1}]", depth + 1, max_depth)
+                node["label"] = f"{len(child)} × " + node["label"]
+                children.append(node)
+            else:
+                children.append(_tree(child, child_key, depth + 1, max_depth))
+    return {"label": label, "children": children}
+
+
+_ROW, _PAD, _CHAR = 1.0, 0.35, 0.16
+
+
+def _size(node: dict, horizontal: bool) -> tuple[float, float]:
+    text_w = len(node["label"]) * _CHAR + 2 * _PAD
+    if not node["children"]:
+        node["size"] = (text_w, _ROW)
+        return node["size"]
+    sizes = [_size(c, False) for c in node["children"]]
+    if horizontal:
+        inner_w = sum(w for w, _ in sizes) + _PAD * (len(sizes) - 1)
+        inner_h = max(h for _, h in sizes)
+    else:
+        inner_w = max(w for w, _ in sizes)
+        inner_h = sum(h for _, h in sizes) + _PAD * (len(sizes) - 1)
+    node["size"] = (max(text_w, inner_w + 2 * _PAD), inner_h + _ROW + _PAD)
+    return node["size"]
+
+
+def _draw(ax, node: dict, x: float, y: float, depth: int, horizontal: bool) -> None:
+    """Draw node with top-left corner (x, y); y grows downwards."""
+    w, h = node["size"]
+    colors = ["#e8eef7", "#d4e4f7", "#fde9d9", "#e2f0d9", "#f2f2f2"]
+    ax.add_patch(
+        FancyBboxPatch(
+            (x, -y - h),
+            w,
+            h,
+            boxstyle="round,pad=0,rounding_size=0.15",
+            facecolor=colors[depth % len(colors)],
+            edgecolor="#555555",
+            linewidth=0.8,
+        )
+    )
+    ax.text(
+        x + _PAD,
+        -y - _ROW / 2,
+        node["label"],
+        va="center",
+        ha="left",
+        fontsize=8,
+        fontweight="bold" if node["children"] else "normal",
+    )
+    cx, cy = x + _PAD, y + _ROW
+    for child in node["children"]:
+        _draw(ax, child, cx, cy, depth + 1, False)
+        if horizontal:
+            cx += child["size"][0] + _PAD
+        else:
+            cy += child["size"][1] + _PAD
+
+
+def plot_architecture(model: nn.Module, ax=None, max_depth: int = 3) -> Figure:
+    """Nested boxes read off the model's own module tree (named_children); repeated layers shown as N ×."""
+    tree = _tree(model, "", 0, max_depth)
+    w, h = _size(tree, horizontal=True)
+    fig, ax = _axes(ax, (min(18, 0.55 * w + 1), min(14, 0.55 * h + 1)))
+    _draw(ax, tree, 0.0, 0.0, 0, horizontal=True)
+    ax.set_xlim(-0.2, w + 0.2)
+    ax.set_ylim(-h - 0.2, 0.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def plot_training_curves(history, ax=None, smooth: int = 20, metric: str | None = None) -> Figure:
+    """Training loss per step (raw and a moving average) and, if given, an evaluation metric."""
+    fig, ax = _axes(ax, (6.5, 3.5))
+    losses = torch.tensor(history.losses, dtype=torch.float64)
+    ax.plot(history.steps, losses.numpy(), alpha=0.3, color="C0", label="loss (per step)")
+    if len(losses) >= smooth > 1:
+        kernel = torch.ones(smooth, dtype=torch.float64) / smooth
+        avg = torch.nn.functional.conv1d(losses[None, None], kernel[None, None])[0, 0]
+        ax.plot(history.steps[smooth - 1 :], avg.numpy(), color="C0", label=f"loss ({smooth}-step mean)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    if metric is not None and history.evals:
+        ax2 = ax.twinx()
+        ax2.plot(history.eval_steps, [e[metric] for e in history.evals], "o-", color="C1", label=metric)
+        ax2.set_ylabel(metric)
+        ax2.legend(loc="center right", fontsize="small")
+    ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+# ---- widgets (need a live kernel) -------------------------------------------------------------
+
+
+def pe_explorer(pe: torch.Tensor):
+    """An ipywidgets explorer: slide a dimension (curve over positions) and a position (vector over dims)."""
+    import ipywidgets as widgets
+
+    pe = _as_2d(pe, "pe")
+    max_len, d_model = pe.shape
+    out = widgets.Output()
+    dim = widgets.IntSlider(value=0, min=0, max=d_model - 1, description="dimension")
+    pos = widgets.IntSlider(value=0, min=0, max=max_len - 1, description="position")
+
+    def draw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3), layout="constrained")
+            a.plot(pe[:, dim.value].numpy())
+            a.axvline(pos.value, color="gray", linestyle=":")
+            a.set(title=f"dimension {dim.value} across positions", xlabel="position", ylim=(-1.1, 1.1))
+            b.bar(range(d_model), pe[pos.value].numpy(), color="C1")
+            b.set(title=f"the vector added at position {pos.value}", xlabel="dimension", ylim=(-1.1, 1.1))
+            plt.show()
+
+    dim.observe(draw, names="value")
+    pos.observe(draw, names="value")
+    draw()
+    return widgets.VBox([widgets.HBox([dim, pos]), out])
+
+
+def attention_explorer(
+    weights: Sequence[torch.Tensor],
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    layer_names: Sequence[str] | None = None,
+):
+    """An ipywidgets explorer over layers and heads; weights is a list of (num_heads, T_q, T_k)."""
+    import ipywidgets as widgets
+
+    ws = [torch.as_tensor(w).detach().cpu().float() for w in weights]
+    names = list(layer_names) if layer_names else [f"layer {i}" for i in range(len(ws))]
+    out = widgets.Output()
+    layer = widgets.Dropdown(options=list(range(len(ws))), description="layer")
+    layer.options = [(n, i) for i, n in enumerate(names)]
+    head = widgets.IntSlider(value=0, min=0, max=ws[0].shape[0] - 1, description="head")
+
+    def draw(*_):
+        with out:
+            out.clear_output(wait=True)
+            plot_attention(
+                ws[layer.value][head.value], query_tokens, key_tokens, title=f"{names[layer.value]}, head {head.value}"
+            )
+            plt.show()
+
+    layer.observe(draw, names="value")
+    head.observe(draw, names="value")
+    draw()
+    return widgets.VBox([widgets.HBox([layer, head]), out])
