@@ -1,0 +1,76 @@
+import pytest
+import torch
+
+from transformer_lib import data
+
+
+def test_tokenizer_round_trip_and_specials():
+    tok = data.CharTokenizer("abc ")
+    ids = tok.encode("cab a", bos=True, eos=True)
+    assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
+    assert tok.decode(ids) == "cab a"
+    assert tok.vocab_size == 4 + 4
+    assert tok.encode("z") == [tok.unk_id]
+
+
+def test_pad_sequences():
+    out = data.pad_sequences([[5, 6, 7], [8]], pad_id=0)
+    assert out.tolist() == [[5, 6, 7], [8, 0, 0]]
+    with pytest.raises(ValueError, match="shorter than the longest"):
+        data.pad_sequences([[1, 2, 3]], 0, length=2)
+
+
+@pytest.mark.parametrize(
+    "n,words",
+    [(0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"), (100, "one hundred"),
+     (101, "one hundred one"), (4021, "four thousand twenty-one"), (70000, "seventy thousand"),
+     (999999, "nine hundred ninety-nine thousand nine hundred ninety-nine")],
+)  # fmt: skip
+def test_number_to_words(n, words):
+    assert data.number_to_words(n) == words
+
+
+def test_tasks_are_deterministic_and_distinct():
+    assert data.reverse_task(50, seed=3) == data.reverse_task(50, seed=3)
+    assert data.reverse_task(50, seed=3) != data.reverse_task(50, seed=4)
+    pairs = data.reverse_task(200, seed=0)
+    assert all(t == s[::-1] for s, t in pairs)
+    assert len({s for s, _ in pairs}) == 200
+    assert all(s == t for s, t in data.copy_task(20))
+    nums = data.numbers_to_words_task(100, seed=1)
+    assert len({s for s, _ in nums}) == 100
+    assert all(data.number_to_words(int(s)) == t for s, t in nums)
+
+
+def test_brackets_are_labelled_correctly_and_balanced_in_count():
+    items = data.brackets_task(400, seed=0)
+    assert all(label == int(data.is_balanced(s)) for s, label in items)
+    assert sum(label for _, label in items) == 200
+    assert data.is_balanced("([])[]") and not data.is_balanced("([)]") and not data.is_balanced("((")
+
+
+def test_corpus_is_deterministic_text():
+    a, b = data.char_corpus(50, seed=0), data.char_corpus(50, seed=0)
+    assert a == b and a.count("\n") == 50 and a != data.char_corpus(50, seed=1)
+
+
+def test_split_is_a_disjoint_partition():
+    train, val, test = data.split_data(list(range(100)), (0.8, 0.1, 0.1), seed=0)
+    assert (len(train), len(val), len(test)) == (80, 10, 10)
+    assert sorted(train + val + test) == list(range(100))
+
+
+def test_encode_pairs_and_batches():
+    tok = data.CharTokenizer("abc")
+    src, tgt = data.encode_pairs([("ab", "ba"), ("abc", "cba")], tok, tok)
+    assert src.shape == (2, 3) and tgt.shape == (2, 5)
+    assert tgt[0].tolist() == [tok.bos_id, *tok.encode("ba"), tok.eos_id, tok.pad_id]
+    batches = list(data.iterate_batches(src, tgt, batch_size=1, shuffle=False, pad_id=tok.pad_id))
+    assert [b[0].shape for b in batches] == [(1, 2), (1, 3)]  # all-pad columns trimmed
+
+
+def test_lm_batches_are_shifted_by_one():
+    ids = torch.arange(100)
+    x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0)))
+    assert x.shape == y.shape == (4, 8)
+    assert torch.equal(y, x + 1)

@@ -1,0 +1,127 @@
+import pytest
+import torch
+
+import transformer_lib as tl
+
+SMALL = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=64)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("scale_embedding", [False, True])
+def test_decoder_causality_changing_a_future_token_leaves_earlier_outputs(norm_first, scale_embedding):
+    model = tl.Transformer(vocab_size=20, norm_first=norm_first, scale_embedding=scale_embedding, **SMALL).eval()
+    src = torch.randint(1, 20, (2, 6))
+    tgt = torch.randint(1, 20, (2, 7))
+    changed = tgt.clone()
+    changed[:, 4] = (changed[:, 4] % 19) + 1  # a different non-pad token at position 4
+    a, b = model(src, tgt), model(src, changed)
+    assert torch.allclose(a[:, :4], b[:, :4], atol=1e-6)
+    assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-3)
+
+
+def test_lm_causality():
+    lm = tl.DecoderOnlyLM(vocab_size=15, **SMALL).eval()
+    x = torch.randint(0, 15, (1, 10))
+    y = x.clone()
+    y[0, 7] = (y[0, 7] + 1) % 15
+    assert torch.allclose(lm(x)[:, :7], lm(y)[:, :7], atol=1e-6)
+
+
+def test_padding_does_not_change_outputs_at_real_positions():
+    model = tl.Transformer(vocab_size=20, **SMALL).eval()
+    src = torch.tensor([[5, 6, 7, 0, 0]])
+    tgt = torch.tensor([[1, 8, 9]])
+    short = model(src[:, :3], tgt)
+    for pad_len in (2, 6):
+        padded = torch.cat([src[:, :3], torch.zeros(1, pad_len, dtype=torch.long)], dim=1)
+        assert torch.allclose(model(padded, tgt), short, atol=1e-5)
+
+
+def test_padding_tokens_values_do_not_leak_into_encoder_only_predictions():
+    clf = tl.EncoderClassifier(vocab_size=12, num_classes=3, **SMALL).eval()
+    x = torch.tensor([[3, 4, 5, 0, 0, 0]])
+    assert torch.allclose(clf(x), clf(x[:, :3]), atol=1e-5)
+
+
+def test_encoder_only_heads_shapes():
+    x = torch.randint(1, 12, (4, 9))
+    assert tl.EncoderClassifier(vocab_size=12, num_classes=5, **SMALL)(x).shape == (4, 5)
+    assert tl.EncoderRegressor(vocab_size=12, **SMALL)(x).shape == (4,)
+    assert tl.EncoderRegressor(vocab_size=12, num_targets=2, **SMALL)(x).shape == (4, 2)
+    assert tl.EncoderClassifier(vocab_size=12, pooling="first", **SMALL)(x).shape == (4, 2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_kv_cache_gives_the_same_tokens_and_logits(norm_first, positional):
+    torch.manual_seed(3)
+    lm = tl.DecoderOnlyLM(vocab_size=17, norm_first=norm_first, positional=positional, **SMALL).eval()
+    prompt = torch.randint(0, 17, (2, 5))
+    greedy_cached = lm.generate(prompt, 30, temperature=0.0, use_cache=True)
+    greedy_plain = lm.generate(prompt, 30, temperature=0.0, use_cache=False)
+    assert torch.equal(greedy_cached, greedy_plain)
+    sampled_cached = lm.generate(prompt, 30, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(0))
+    sampled_plain = lm.generate(prompt, 30, temperature=1.0, top_k=5, use_cache=False,
+                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert torch.equal(sampled_cached, sampled_plain)
+    # logits of the last step, computed incrementally and all at once
+    caches = lm.new_cache()
+    lm(greedy_cached[:, :-1], caches)
+    step = lm(greedy_cached[:, -1:], caches)[:, -1]
+    assert torch.allclose(step, lm(greedy_cached)[:, -1], atol=1e-4)
+
+
+def test_top_k_one_is_greedy():
+    lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL).eval()
+    p = torch.randint(0, 9, (1, 3))
+    assert torch.equal(lm.generate(p, 10, temperature=0.7, top_k=1), lm.generate(p, 10, temperature=0.0))
+
+
+def test_generate_past_max_len_is_a_clear_error():
+    lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL)
+    with pytest.raises(ValueError, match=r"prompt length 60 \+ max_new_tokens 10 = 70 exceeds max_len=64"):
+        lm.generate(torch.zeros(1, 60, dtype=torch.long), 10)
+
+
+def test_greedy_decode_stops_after_eos_and_pads():
+    model = tl.Transformer(vocab_size=10, **SMALL).eval()
+    with torch.no_grad():
+        model.generator.bias.fill_(0)
+        model.generator.bias[2] = 100.0  # always predict EOS (id 2)
+    out = model.greedy_decode(torch.randint(1, 10, (3, 4)), bos_id=1, eos_id=2, max_new_tokens=5)
+    assert out.tolist() == [[1, 2]] * 3
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_norm_first_changes_the_wiring_and_final_norm(norm_first):
+    model = tl.Transformer(vocab_size=10, norm_first=norm_first, **SMALL)
+    assert (model.encoder.norm is not None) == norm_first
+    assert model.encoder.layers[0].attn_block.norm_first == norm_first
+
+
+def test_scale_embedding_multiplies_by_sqrt_d_model():
+    e1 = tl.TokenEmbedding(10, 16, scale=True)
+    e0 = tl.TokenEmbedding(10, 16, scale=False)
+    e0.load_state_dict(e1.state_dict())
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.allclose(e1(ids), e0(ids) * 4.0)
+
+
+def test_embedding_equals_one_hot_times_table():
+    emb = tl.TokenEmbedding(7, 5, scale=False)
+    ids = torch.tensor([[0, 6, 3]])
+    one_hot = torch.nn.functional.one_hot(ids, 7).float()  # (1, 3, 7)
+    assert torch.allclose(emb(ids), one_hot @ emb.weight)
+
+
+def test_tied_embeddings_share_storage():
+    lm = tl.DecoderOnlyLM(vocab_size=9, tie_embeddings=True, **SMALL)
+    assert lm.lm_head.weight is lm.embed.table.weight
+
+
+def test_models_run_with_odd_sizes_and_batch_of_one():
+    model = tl.Transformer(vocab_size=7, tgt_vocab_size=9, d_model=30, num_heads=5, num_layers=1,
+                           num_decoder_layers=3, d_ff=31, dropout=0.0)  # fmt: skip
+    out = model(torch.randint(0, 7, (1, 4)), torch.randint(0, 9, (1, 11)))
+    assert out.shape == (1, 11, 9)
+    assert len(model.decoder.layers) == 3

@@ -1,0 +1,95 @@
+"""The package's trained-results promises, each within a 30 s training budget on 2 CPU cores.
+
+`fit(..., time_limit=30)` stops training at 30 s whatever the step count, so these tests check
+what a laptop reaches in that budget; they do not time anything themselves.
+"""
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib import data, training
+
+pytestmark = pytest.mark.slow
+BUDGET_S = 30.0
+
+
+def _train_seq2seq(pairs, src_tok, tgt_tok, steps):
+    g = tl.set_seed(0)
+    train, test = data.split_data(pairs, (0.9, 0.1), seed=0)
+    assert not {s for s, _ in train} & {s for s, _ in test}, "held-out inputs must be unseen"
+    src, tgt = data.encode_pairs(train, src_tok, tgt_tok)
+    model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
+                           num_heads=4, num_layers=2, d_ff=256, dropout=0.0, max_len=64)  # fmt: skip
+    batches = data.iterate_batches(src, tgt, batch_size=64, generator=g, pad_id=src_tok.pad_id, forever=True)
+    hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=3e-3, time_limit=BUDGET_S,
+                        progress=False)  # fmt: skip
+    test_src, test_tgt = data.encode_pairs(test[:1000], src_tok, tgt_tok)
+    acc = training.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
+    print(f"{len(hist.steps)} steps in {hist.seconds:.1f}s, held-out exact match {acc:.4f}")
+    return acc, hist
+
+
+def test_reverse_task_reaches_99_percent_exact_match():
+    tok = data.CharTokenizer("abcdefghijklmnop")
+    acc, hist = _train_seq2seq(data.reverse_task(12000, seed=0), tok, tok, steps=500)
+    assert hist.seconds <= BUDGET_S + 2
+    assert acc >= 0.99
+
+
+def test_numbers_to_words_reaches_99_percent_exact_match():
+    pairs = data.numbers_to_words_task(30000, seed=0)
+    src_tok, tgt_tok = data.CharTokenizer("0123456789"), data.CharTokenizer.from_texts(t for _, t in pairs)
+    acc, hist = _train_seq2seq(pairs, src_tok, tgt_tok, steps=600)
+    assert hist.seconds <= BUDGET_S + 2
+    assert acc >= 0.99
+
+
+def test_language_model_beats_bigram_by_15_percent():
+    g = tl.set_seed(0)
+    text = data.char_corpus(4000, seed=0)
+    tok = data.CharTokenizer(text)
+    ids = torch.tensor(tok.encode(text))
+    n = int(0.9 * len(ids))
+    train_ids, val_ids = ids[:n], ids[n:]
+    lm = tl.DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=256,
+                          dropout=0.0, max_len=128, norm_first=True)  # fmt: skip
+    training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, generator=g), steps=300, lr=3e-3,
+                 time_limit=BUDGET_S, progress=False)  # fmt: skip
+    model_loss = training.lm_eval_loss(lm, val_ids, 64)
+    bigram = training.bigram_loss(train_ids, val_ids, tok.vocab_size)
+    print(f"validation loss {model_loss:.3f} nats, bigram {bigram:.3f} nats")
+    assert model_loss <= 0.85 * bigram
+
+
+def test_label_smoothed_loss_ignores_padding_and_matches_closed_form():
+    logits = torch.zeros(1, 3, 4)  # uniform predictions over 4 classes
+    targets = torch.tensor([[1, 2, 0]])
+    assert training.label_smoothed_cross_entropy(logits, targets, pad_id=0).item() == pytest.approx(
+        torch.log(torch.tensor(4.0)).item(), abs=1e-6
+    )
+    logits = torch.tensor([[[5.0, 0.0], [0.0, 5.0]]])
+    plain = training.label_smoothed_cross_entropy(logits, torch.tensor([[0, 1]]))
+    smooth = training.label_smoothed_cross_entropy(logits, torch.tensor([[0, 1]]), smoothing=0.2)
+    log_p = logits.log_softmax(-1)[0]
+    expected = -(0.9 * log_p[0, 0] + 0.1 * log_p[0, 1])  # 0.8 on the target plus 0.2 / 2 on each class
+    assert smooth.item() == pytest.approx(expected.item(), abs=1e-5) and smooth > plain
+
+
+def test_bigram_loss_is_zero_entropy_on_a_deterministic_stream():
+    ids = torch.tensor([0, 1, 2] * 50)
+    assert training.bigram_loss(ids, ids, 3, alpha=1e-9) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_fit_records_history_and_evaluations():
+    g = tl.set_seed(0)
+    x = torch.randint(1, 5, (64, 6))
+    y = (x[:, 0] > 2).long()
+    model = tl.EncoderClassifier(vocab_size=5, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+    batches = data.iterate_batches(x, y, batch_size=16, generator=g, forever=True)
+    accuracy = lambda m: {"acc": training.classification_accuracy(m, x, y)}
+    hist = training.fit(model, training.classification_loss, batches, steps=30, warmup=5, eval_every=10,
+                        eval_fn=accuracy, progress=False)  # fmt: skip
+    assert hist.steps == list(range(30)) and len(hist.losses) == 30
+    assert hist.eval_steps == [10, 20, 29]
+    assert hist.losses[-1] < hist.losses[0]

@@ -1,0 +1,73 @@
+import matplotlib
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+import transformer_lib as tl
+from transformer_lib import viz
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_plots_return_figures_and_draw_on_a_given_ax():
+    pe = tl.sinusoidal_encoding(20, 8)
+    w = torch.softmax(torch.randn(3, 4, 5), -1)
+    tokens_q, tokens_k = list("abcd"), list("vwxyz")
+    before = dict(matplotlib.rcParams)
+    for fn, args in [
+        (viz.plot_positional_encoding, (pe,)),
+        (viz.plot_sinusoids, (pe, (0, 3))),
+        (viz.plot_attention, (w[0], tokens_q, tokens_k)),
+        (viz.plot_mask, (tl.causal_mask(4),)),
+        (viz.plot_architecture, (tl.Transformer(vocab_size=5, d_model=16, num_heads=2),)),
+    ]:
+        fig = fn(*args)
+        assert isinstance(fig, Figure)
+        f2, ax = plt.subplots()
+        assert fn(*args, ax=ax) is f2
+        assert ax.has_data() or ax.patches or ax.images
+    assert len(viz.plot_attention_heads(w, tokens_q, tokens_k).axes) == 3
+    assert len(viz.plot_attention_layers([w, w]).axes) == 6
+    assert dict(matplotlib.rcParams) == before
+
+
+def test_attention_labels_are_the_tokens():
+    fig = viz.plot_attention(torch.eye(3), list("abc"), list("xyz"))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("xyz")
+    assert [t.get_text() for t in ax.get_yticklabels()] == list("abc")
+
+
+def test_architecture_reflects_the_module_tree():
+    model = tl.Transformer(vocab_size=5, d_model=16, num_heads=2, num_layers=3)
+    texts = [t.get_text() for t in viz.plot_architecture(model).axes[0].texts]
+    assert "3 × layers[0..2]: EncoderLayer" in texts
+    assert any("MultiHeadAttention (h=2)" in t for t in texts)
+
+
+def test_training_curves():
+    h = tl.History(steps=list(range(50)), losses=[1 / (i + 1) for i in range(50)], eval_steps=[49],
+                   evals=[{"acc": 0.9}])  # fmt: skip
+    fig = viz.plot_training_curves(h, metric="acc")
+    assert len(fig.axes) == 2
+
+
+def test_widgets_build():
+    pytest.importorskip("ipywidgets")
+    box = viz.pe_explorer(tl.sinusoidal_encoding(10, 8))
+    assert len(box.children) == 2
+    box = viz.attention_explorer([torch.rand(2, 3, 3)] * 2, list("abc"), list("abc"))
+    layer, head = box.children[0].children
+    head.value = 1
+    layer.value = 1
+    assert head.max == 1
+
+
+def test_bad_shapes_are_reported():
+    with pytest.raises(ValueError, match=r"weights must be 2-D, got shape \(2, 3, 3\)"):
+        viz.plot_attention(torch.rand(2, 3, 3))
