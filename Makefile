@@ -1,0 +1,62 @@
+# The two commands a newcomer needs: `make book` and `make test`. Both create .venv and install
+# from requirements.txt, pinned by constraints.txt, before they do anything else.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONSTRAINTS ?= constraints.txt
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+
+.PHONY: help install book test lint unit notebooks book-strict execute setup-cells benchmark lock clean
+
+help:
+	@echo "make book      build the website into _build/html"
+	@echo "make test      lint, unit tests, every notebook under nbval, strict book build"
+	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh"
+	@echo "make benchmark print attention and KV-cache timings"
+
+$(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c $(CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build .
+	@echo "The website is in _build/html/index.html"
+
+test: lint unit notebooks book-strict
+	@echo "make test: all checks passed"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python tools/setup_cell.py
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+notebooks: $(STAMP)
+	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+book-strict: $(STAMP)
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
+
+execute: $(STAMP)
+	$(BIN)/python tools/setup_cell.py --write
+	@for nb in $(NOTEBOOKS); do \
+		echo "executing $$nb"; \
+		$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 "$$nb" || exit 1; \
+	done
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/attention.py
+
+lock: $(STAMP)
+	@{ echo "# Exact versions that CI tests (generated with pip freeze; regenerate with 'make lock')."; \
+	   $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > $(CONSTRAINTS)
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

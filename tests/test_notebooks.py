@@ -1,0 +1,112 @@
+"""Every notebook is in the book, follows the template, and is committed executed and clean."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import setup_cell  # noqa: E402
+
+NOTEBOOKS = setup_cell.notebooks(ROOT)
+IDS = [p.name for p in NOTEBOOKS]
+
+
+def _toc_files(node) -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        if "file" in node:
+            found.append(node["file"])
+        if "root" in node:
+            found.append(node["root"])
+        for value in node.values():
+            found += _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _toc_files(item)
+    return found
+
+
+def _read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no .ipynb"
+
+
+def test_every_notebook_is_in_the_toc():
+    toc = {Path(f).with_suffix("").as_posix() for f in _toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))}
+    missing = [p.name for p in NOTEBOOKS if f"notebooks/{p.stem}" not in toc]
+    assert not missing, f"notebooks missing from _toc.yml: {missing}"
+
+
+def test_every_toc_entry_exists():
+    for entry in _toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text())):
+        candidates = [ROOT / f"{entry}{ext}" for ext in ("", ".md", ".ipynb")]
+        assert any(c.is_file() for c in candidates), f"_toc.yml names {entry}, which does not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_setup_cell_is_generated_from_the_config(path):
+    assert setup_cell.problems(path, ROOT) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_with_outputs_no_errors_and_counts_in_order(path):
+    nb = _read(path)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    executed = [c for c in code if "nbval-skip" not in c.metadata.get("tags", [])]
+    assert executed, "no code cells to run"
+    counts = [c.execution_count for c in executed]
+    assert None not in counts, f"{path.name} has cells that were never executed; run `make execute`"
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), f"execution counts out of order: {counts}"
+    assert any(c.outputs for c in executed), f"{path.name} was committed without outputs"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"{path.name} holds error outputs: {[e.ename for e in errors]}"
+    stderr = [o.text for c in executed for o in c.outputs if o.output_type == "stream" and o.name == "stderr"
+              and "NBVAL_IGNORE_OUTPUT" not in c.source]  # fmt: skip
+    assert not any("Traceback" in s or "Warning" in s for s in stderr), f"{path.name} prints warnings: {stderr}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_follows_the_template(path):
+    nb = _read(path)
+    cells = nb.cells
+    assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# "), "first cell: a '# Title'"
+    code = "\n".join(c.source for c in cells if c.cell_type == "code")
+    markdown = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert re.search(r"^import transformer_lib as tl$", code, re.M), "imports transformer_lib"
+    assert "tl.set_seed(" in code and "tl.get_device()" in code, "calls set_seed and get_device"
+    headings = re.findall(r"^## (.+)$", markdown, re.M)
+    assert headings and headings[0] == "Learning goals", f"first section must be 'Learning goals', got {headings[:1]}"
+    assert "Summary" in headings and "Exercises" in headings, f"needs Summary and Exercises sections: {headings}"
+    assert headings.index("Summary") < headings.index("Exercises") == len(headings) - 1, "Summary, then Exercises last"
+    figures = [c for c in cells if c.cell_type == "code" and "figure" in c.metadata.get("mystnb", {})]
+    assert figures, "needs at least one numbered figure (mystnb.figure metadata)"
+    for c in figures:
+        assert c.metadata["mystnb"]["figure"].get("caption"), "figure without caption"
+        assert c.metadata["mystnb"]["figure"].get("name"), "figure without a name to cross-reference"
+        assert c.metadata["mystnb"].get("image", {}).get("alt"), "figure without alt text"
+    assert re.search(r"class: warning", markdown) and "Pitfalls" in markdown, "needs a Pitfalls box"
+    solutions = [c for c in cells if "solution" in c.metadata.get("tags", [])]
+    dropdowns = markdown.count(":class: dropdown")
+    assert len(solutions) + dropdowns >= 3, "needs at least 3 exercises with hidden solutions"
+    for c in solutions:
+        assert "hide-input" in c.metadata.get("tags", []), "solution cells must be hidden (hide-input)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_nbval_ignore_output_only_for_widgets_and_timings(path):
+    for cell in _read(path).cells:
+        if cell.cell_type == "code" and "NBVAL_IGNORE_OUTPUT" in cell.source:
+            reason = cell.source.split("NBVAL_IGNORE_OUTPUT", 1)[1].split("\n", 1)[0].lower()
+            assert any(w in reason for w in ("widget", "timing", "progress")), (
+                f"{path.name}: NBVAL_IGNORE_OUTPUT must say why (widget, timing or progress bar): {reason!r}"
+            )
