@@ -1,0 +1,39 @@
+"""Strict nbval must fail when a notebook's stored output no longer matches what its code prints."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "notebooks" / "00_template.ipynb"
+
+
+def _run_nbval(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", str(path),
+         "--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg"), "--rootdir", str(path.parent)],
+        capture_output=True, text=True, cwd=path.parent, timeout=300,
+    )  # fmt: skip
+
+
+def test_unchanged_copy_passes_and_an_edited_output_fails(tmp_path):
+    good = tmp_path / "good.ipynb"
+    shutil.copy(TEMPLATE, good)
+    assert _run_nbval(good).returncode == 0
+
+    nb = nbformat.read(TEMPLATE, as_version=4)
+    for cell in nb.cells:
+        streams = [o for o in cell.get("outputs", []) if o.output_type == "stream"]
+        if cell.cell_type == "code" and streams:
+            streams[0].text = streams[0].text.replace("1", "7", 1)
+            break
+    stale = tmp_path / "stale.ipynb"
+    nbformat.write(nb, stale)
+    result = _run_nbval(stale)
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "mismatch" in result.stdout.lower() or "failed" in result.stdout.lower()
