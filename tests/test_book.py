@@ -32,7 +32,7 @@ def test_repository_url_is_written_once():
     for path in ROOT.rglob("*"):
         if any(part in (".venv", "_build", ".git", "node_modules") for part in path.parts) or not path.is_file():
             continue
-        if path.suffix in (".py", ".yml", ".yaml", ".toml", ".cfg", ".txt", ".ipynb"):
+        if path.suffix in (".py", ".yml", ".yaml", ".toml", ".cfg", ".txt", ".ipynb", ".md"):
             if url in path.read_text(errors="ignore") and path.name != "_config.yml":
                 holders.append(str(path.relative_to(ROOT)))
     # notebooks carry the URL only inside the generated setup cell, which a test compares to the config
