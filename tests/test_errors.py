@@ -29,7 +29,7 @@ def test_sequence_longer_than_max_len():
 
 def test_token_ids_out_of_vocabulary():
     emb = tl.TokenEmbedding(10, 4)
-    with pytest.raises(ValueError, match=r"ids must lie in \[0, 9\] for vocab_size=10, got ids from 0 to 12"):
+    with pytest.raises(ValueError, match=r"tokens must hold ids in \[0, 9\] for vocab_size=10, got ids from 0 to 12"):
         emb(torch.tensor([[0, 12]]))
     with pytest.raises(ValueError, match=r"got ids from -1 to 3"):
         emb(torch.tensor([[-1, 3]]))

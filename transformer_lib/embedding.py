@@ -24,7 +24,7 @@ def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str = "tokens")
     low, high = int(tokens.min()), int(tokens.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(
-            f"{name} ids must lie in [0, {vocab_size - 1}] for vocab_size={vocab_size}, got ids from {low} to {high}"
+            f"{name} must hold ids in [0, {vocab_size - 1}] for vocab_size={vocab_size}, got ids from {low} to {high}"
         )
 
 
