@@ -49,6 +49,11 @@ def test_brackets_are_labelled_correctly_and_balanced_in_count():
     assert data.is_balanced("([])[]") and not data.is_balanced("([)]") and not data.is_balanced("((")
 
 
+def test_brackets_task_refuses_more_examples_than_exist():
+    with pytest.raises(ValueError, match=r"found only \d+ distinct examples for n=5000 with 1 to 2 pairs"):
+        data.brackets_task(5000, seed=0, min_pairs=1, max_pairs=2)
+
+
 def test_corpus_is_deterministic_text():
     a, b = data.char_corpus(50, seed=0), data.char_corpus(50, seed=0)
     assert a == b and a.count("\n") == 50 and a != data.char_corpus(50, seed=1)

@@ -209,7 +209,14 @@ def brackets_task(
     rng = random.Random(seed)
     out: list[tuple[str, int]] = []
     seen: set[str] = set()
+    attempts = 0
     while len(out) < n:
+        attempts += 1
+        if attempts > 50 * n + 10_000:
+            raise ValueError(
+                f"found only {len(out)} distinct examples for n={n} with {min_pairs} to {max_pairs} pairs; "
+                "ask for fewer examples or allow more pairs"
+            )
         s = _balanced_string(rng, rng.randint(min_pairs, max_pairs), kinds)
         if len(out) % 2 == 1:  # make a near miss: change, swap or drop one character
             chars = list(s)
