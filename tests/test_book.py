@@ -48,8 +48,17 @@ def test_every_cited_key_is_in_the_bibliography():
             cited |= {k.strip() for k in group.split(",")}
     assert cited, "the book cites nothing"
     assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"
-    for needed in ("vaswani2017attention", "devlin2019bert", "baevski2020wav2vec", "dosovitskiy2021image",
-                   "radford2019language", "lewis2020bart", "radford2023robust", "he2016deep", "ba2016layer"):
+    for needed in (
+        "vaswani2017attention",
+        "devlin2019bert",
+        "baevski2020wav2vec",
+        "dosovitskiy2021image",
+        "radford2019language",
+        "lewis2020bart",
+        "radford2023robust",
+        "he2016deep",
+        "ba2016layer",
+    ):
         assert needed in keys  # fmt: skip
 
 

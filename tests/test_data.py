@@ -74,6 +74,16 @@ def test_encode_pairs_and_batches():
     assert [b[0].shape for b in batches] == [(1, 2), (1, 3)]  # all-pad columns trimmed
 
 
+def test_encode_labelled_with_and_without_bos():
+    tok = data.CharTokenizer("()")
+    x, y = data.encode_labelled([("()", 1), ("(", 0)], tok)
+    assert x.tolist() == [[4, 5], [4, 0]] and y.tolist() == [1, 0] and y.dtype == torch.long
+    xb, _ = data.encode_labelled([("()", 1)], tok, bos=True)
+    assert xb.tolist() == [[tok.bos_id, 4, 5]]
+    _, yf = data.encode_labelled([("(", 0.5)], tok)
+    assert yf.dtype == torch.float32
+
+
 def test_lm_batches_are_shifted_by_one():
     ids = torch.arange(100)
     x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0)))

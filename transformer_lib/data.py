@@ -304,9 +304,11 @@ def encode_pairs(
     return src, tgt
 
 
-def encode_labelled(items: Sequence[tuple[str, int | float]], tok: CharTokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    """(text, label) pairs -> ids (N, S) padded and labels (N,)."""
-    x = pad_sequences([tok.encode(s) for s, _ in items], tok.pad_id)  # (N, S)
+def encode_labelled(
+    items: Sequence[tuple[str, int | float]], tok: CharTokenizer, bos: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(text, label) pairs -> ids (N, S) padded (each starting with <bos> if asked) and labels (N,)."""
+    x = pad_sequences([tok.encode(s, bos=bos) for s, _ in items], tok.pad_id)  # (N, S)
     labels = [y for _, y in items]
     dtype = torch.float32 if any(isinstance(y, float) for y in labels) else torch.long
     return x, torch.tensor(labels, dtype=dtype)
