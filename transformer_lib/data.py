@@ -163,12 +163,25 @@ def number_to_words(n: int) -> str:
     return " ".join(parts)
 
 
-def numbers_to_words_task(n: int, seed: int = 0, max_number: int = 99_999) -> list[tuple[str, str]]:
-    """n distinct ('4021', 'four thousand twenty-one') pairs, numbers drawn from [0, max_number]."""
+def numbers_to_words_task(
+    n: int, seed: int = 0, max_number: int = 99_999, all_below: int = 1000, zero_pad: bool = True
+) -> list[tuple[str, str]]:
+    """n distinct ('04021', 'four thousand twenty-one') pairs.
+
+    Every number below `all_below` is included (so short numbers are well represented, not 1% of
+    the data as under uniform sampling); the rest are drawn uniformly from [all_below, max_number].
+    With `zero_pad`, sources are written to the width of `max_number` with leading zeros, so each
+    position always holds the same place value.
+    """
     if n > max_number + 1:
         raise ValueError(f"only {max_number + 1} distinct numbers exist up to {max_number}, asked for {n}")
-    numbers = random.Random(seed).sample(range(max_number + 1), n)
-    return [(str(k), number_to_words(k)) for k in numbers]
+    rng = random.Random(seed)
+    small = list(range(min(all_below, n, max_number + 1)))
+    rest = rng.sample(range(len(small), max_number + 1), n - len(small))
+    numbers = small + rest
+    rng.shuffle(numbers)
+    width = len(str(max_number)) if zero_pad else 0
+    return [(str(k).zfill(width), number_to_words(k)) for k in numbers]
 
 
 _PAIRS = {")": "(", "]": "[", "}": "{", ">": "<"}
