@@ -43,6 +43,7 @@ def setup_cell_source(root: Path = ROOT) -> str:
             'if importlib.util.find_spec("transformer_lib") is None:',
             f'    source = os.environ.get("TRANSFORMER_LIB_SOURCE", "{url}")',
             '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)',
+            "    importlib.invalidate_caches()",
         ]
     )
 

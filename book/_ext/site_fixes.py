@@ -1,0 +1,25 @@
+"""Small fixes to the built website, loaded by _config.yml (sphinx.local_extensions).
+
+- sphinx-thebe injects its configuration script twice, which throws "Identifier 'THEBE_JS_URL'
+  has already been declared" on every page. Thebe is off in this book (launch buttons cover live
+  use), so its scripts are dropped from every page.
+"""
+
+from __future__ import annotations
+
+
+def _is_thebe(script) -> bool:
+    attributes = getattr(script, "attributes", {}) or {}
+    text = f"{getattr(script, 'filename', '') or ''} {attributes.get('body', '')}"
+    return "thebe" in text.lower()
+
+
+def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if scripts:
+        context["script_files"] = [s for s in scripts if not _is_thebe(s)]
+
+
+def setup(app):
+    app.connect("html-page-context", _drop_thebe, priority=900)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,101 @@
+"""Fixtures for the browser tests: a local server over _build/html and a headless Chromium.
+
+The tests drive Debian's Chromium through Playwright (launched with `executable_path`); they never
+download a browser. With no browser on the machine they are skipped with a loud message, except
+under CI=true, where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "_build" / "html"
+ARTIFACTS = ROOT / "test-artifacts"
+CANDIDATES = [os.environ.get("CHROMIUM_PATH", ""), "/usr/bin/chromium", "/usr/bin/chromium-browser",
+              shutil.which("chromium") or "", shutil.which("chromium-browser") or ""]  # fmt: skip
+HEADLESS_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]  # fmt: skip
+
+
+def browser_path() -> str | None:
+    return next((c for c in CANDIDATES if c and Path(c).is_file()), None)
+
+
+def _missing(reason: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: the browser tests must run in CI)")
+    pytest.skip(f"BROWSER TESTS SKIPPED: {reason}")
+
+
+@pytest.fixture(scope="session")
+def site_url():
+    if not (SITE / "index.html").is_file():
+        _missing(f"no built site at {SITE}; run `make book` first")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(SITE)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    path = browser_path()
+    if path is None:
+        _missing("no Chromium found (looked for /usr/bin/chromium; set CHROMIUM_PATH or `apt-get install chromium`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, headless=True, args=HEADLESS_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, site_url):
+    """A page with the network closed: any request that is not to the local server is aborted and recorded."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.external_requests = []
+    pg.failed_requests = []
+    pg.console_errors = []
+
+    def route(r):
+        if r.request.url.startswith(site_url) or r.request.url.startswith("data:"):
+            r.continue_()
+        else:
+            pg.external_requests.append(r.request.url)
+            r.abort()
+
+    pg.route("**/*", route)
+    pg.on("requestfailed", lambda req: pg.failed_requests.append(req.url))
+    pg.on("console", lambda msg: pg.console_errors.append(msg.text) if msg.type == "error" else None)
+    pg.on("pageerror", lambda err: pg.console_errors.append(str(err)))
+    yield pg
+    context.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = terminalreporter.stats.get("skipped", [])
+    if any("BROWSER TESTS SKIPPED" in str(r.longrepr) for r in skipped):
+        terminalreporter.section("BROWSER TESTS SKIPPED", sep="!", red=True, bold=True)
+        terminalreporter.write_line("The website was not tested in a browser. Install Chromium to run them:")
+        terminalreporter.write_line("    sudo apt-get install chromium     (Debian/Ubuntu)")

@@ -1,0 +1,107 @@
+"""The built website as a reader sees it, in headless Chromium with the network closed."""
+
+from __future__ import annotations
+
+import shutil
+import urllib.parse
+
+import pytest
+
+from .checks import (
+    heading_problems,
+    image_problems,
+    link_problems,
+    math_problems,
+    network_problems,
+    repository_url,
+    toc_pages,
+)
+from .conftest import ARTIFACTS, SITE
+
+pytestmark = pytest.mark.browser
+PAGES = toc_pages()
+_LINK_CACHE: dict = {}
+
+
+def _open(page, site_url, path):
+    response = page.goto(f"{site_url}/{path}", wait_until="load")
+    assert response is not None and response.status == 200, f"{path} did not load"
+    page.wait_for_load_state("networkidle")
+    return page
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_renders_cleanly(page, site_url, path):
+    _open(page, site_url, path)
+    problems = math_problems(page) + image_problems(page) + heading_problems(page)
+    problems += link_problems(page, site_url, _LINK_CACHE) + network_problems(page)
+    assert not problems, f"{path}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.startswith("notebooks/")])
+def test_notebook_page_has_a_colab_link_to_its_notebook_on_main(page, site_url, path):
+    _open(page, site_url, path)
+    owner_repo = urllib.parse.urlparse(repository_url()).path.strip("/")
+    expected = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{path.replace('.html', '.ipynb')}"
+    links = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
+    assert expected in links, f"{path}: expected a Colab link {expected}, found {links}"
+
+
+def test_search_finds_positional_encoding(page, site_url):
+    _open(page, site_url, "search.html?q=positional+encoding")
+    page.wait_for_selector("ul.search li", timeout=20000)
+    results = page.eval_on_selector_all("ul.search li a", "els => els.map(e => e.textContent)")
+    assert any("Positional encoding" in r for r in results), f"search results: {results}"
+
+
+def test_every_page_weighs_under_2_mb(site_url):
+    weights = {}
+    for path in PAGES:
+        html = SITE / path
+        weights[path] = html.stat().st_size + sum(
+            (SITE / path).parent.joinpath(img).stat().st_size
+            for img in set(__import__("re").findall(r'<img[^>]+src="([^"]+)"', html.read_text()))
+            if (SITE / path).parent.joinpath(img).is_file()
+        )
+    for path, size in sorted(weights.items()):
+        print(f"{size / 1e6:6.2f} MB  {path}")
+    heavy = {p: s for p, s in weights.items() if s > 2_000_000}
+    assert not heavy, f"pages over 2 MB: {heavy}"
+
+
+def test_screenshots_of_home_and_a_notebook(page, site_url):
+    ARTIFACTS.mkdir(exist_ok=True)
+    for name, path in (("home", "index.html"), ("notebook", "notebooks/02_positional_encoding.html")):
+        _open(page, site_url, path)
+        page.screenshot(path=str(ARTIFACTS / f"screenshot-{name}.png"))
+        assert (ARTIFACTS / f"screenshot-{name}.png").stat().st_size > 20_000
+
+
+def test_checks_catch_a_broken_image_and_a_broken_link(browser, site_url, tmp_path):
+    """The checks above must be able to fail: serve a page with a missing image and a dead link."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "ok.html").write_text("<h1>ok</h1>")
+    (tmp_path / "broken.html").write_text(
+        '<main><h1>t</h1><img src="missing.png" alt="a picture"><img src="ok.png" alt="">'
+        '<a href="nowhere.html">dead</a><a href="ok.html#nope">bad anchor</a></main>'
+    )
+    shutil.copy(next(SITE.joinpath("_images").glob("*.png")), tmp_path / "ok.png")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path)))  # fmt: skip
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        context = browser.new_context()
+        pg = context.new_page()
+        pg.goto(f"{base}/broken.html", wait_until="load")
+        images = image_problems(pg)
+        links = link_problems(pg, base, {})
+        context.close()
+    finally:
+        server.shutdown()
+    assert any("missing.png" in p for p in images), images
+    assert any("without alt text: ok.png" in p for p in images), images
+    assert any("nowhere.html" in p for p in links) and any("#nope" in p for p in links), links
