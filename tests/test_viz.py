@@ -71,3 +71,25 @@ def test_widgets_build():
 def test_bad_shapes_are_reported():
     with pytest.raises(ValueError, match=r"weights must be 2-D, got shape \(2, 3, 3\)"):
         viz.plot_attention(torch.rand(2, 3, 3))
+
+
+def _draw_pe_row(fig, position):
+    ax = fig.subplots()
+    ax.bar(range(8), tl.sinusoidal_encoding(10, 8)[position].numpy())
+
+
+def test_slider_figure_renders_frames_and_enforces_budgets():
+    twin = viz.slider_figure(_draw_pe_row, range(4), label="position", figsize=(3, 2), dpi=50)
+    assert twin.frames == 4 and repr(twin) == "SliderFigure(4 frames over position)"
+    html = twin._repr_html_()
+    assert html.count("data:image/png;base64") == 4
+    assert 'type="range"' in html and twin.size == len(html.encode())
+    assert "http" not in html and "font-awesome" not in html, "nothing may be fetched from outside the page"
+    assert 'alt="A figure with a slider over position: 4 pre-rendered frames."' in html
+    assert not plt.get_fignums(), "slider_figure must not leave pyplot figures behind"
+    with pytest.raises(ValueError, match=r"5 frames exceed the frame budget of 4"):
+        viz.slider_figure(_draw_pe_row, range(5), frame_budget=4)
+    with pytest.raises(ValueError, match=r"over its size budget of 1 kB"):
+        viz.slider_figure(_draw_pe_row, range(2), size_budget=1000, figsize=(3, 2), dpi=50)
+    with pytest.raises(ValueError, match="at least one value"):
+        viz.slider_figure(_draw_pe_row, [])

@@ -93,7 +93,12 @@ def page(browser, site_url):
     context.close()
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    weights = getattr(config, "page_weights", None)
+    if weights:
+        terminalreporter.section("page weight: HTML plus its images (limit 2 MB per page)")
+        for path, size in sorted(weights.items()):
+            terminalreporter.write_line(f"{size / 1e6:6.2f} MB  {path}")
     skipped = terminalreporter.stats.get("skipped", [])
     if any("BROWSER TESTS SKIPPED" in str(r.longrepr) for r in skipped):
         terminalreporter.section("BROWSER TESTS SKIPPED", sep="!", red=True, bold=True)

@@ -54,7 +54,7 @@ def test_search_finds_positional_encoding(page, site_url):
     assert any("Positional encoding" in r for r in results), f"search results: {results}"
 
 
-def test_every_page_weighs_under_2_mb(site_url):
+def test_every_page_weighs_under_2_mb(site_url, request):
     weights = {}
     for path in PAGES:
         html = SITE / path
@@ -63,8 +63,7 @@ def test_every_page_weighs_under_2_mb(site_url):
             for img in set(__import__("re").findall(r'<img[^>]+src="([^"]+)"', html.read_text()))
             if (SITE / path).parent.joinpath(img).is_file()
         )
-    for path, size in sorted(weights.items()):
-        print(f"{size / 1e6:6.2f} MB  {path}")
+    request.config.page_weights = weights  # printed in the terminal summary (conftest.py)
     heavy = {p: s for p, s in weights.items() if s > 2_000_000}
     assert not heavy, f"pages over 2 MB: {heavy}"
 
