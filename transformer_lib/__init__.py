@@ -5,7 +5,8 @@ Masks everywhere are bool with True = may attend.
 """
 
 from . import attention, config, data, decoder, embedding, encoder, interop, layers, masks, models, positional
-from . import training, utils, viz
+from . import exercises, training, utils, viz  # noqa: F401
+from .exercises import NotYetDone  # noqa: F401
 from .attention import *  # noqa: F403
 from .config import *  # noqa: F403
 from .data import *  # noqa: F403
@@ -42,4 +43,4 @@ __all__ = sorted(
         viz,
     )
     for name in module.__all__
-)
+) + ["NotYetDone"]

@@ -1,0 +1,175 @@
+"""Every exercise checker accepts the reference solution and rejects typical mistakes with the right hint."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+
+def _attention(q, k, v, scale=True, axis=-1):
+    s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1)
+    return s.softmax(axis) @ v
+
+
+def _pad(seqs, pad, left=False):
+    n = max(len(s) for s in seqs)
+    rows = [([pad] * (n - len(s)) + list(s)) if left else (list(s) + [pad] * (n - len(s))) for s in seqs]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _encoding(max_len, d, swap=False):
+    pe = tl.sinusoidal_encoding(max_len, d)
+    return torch.stack([pe[:, 1::2], pe[:, 0::2]], -1).reshape(max_len, d) if swap else pe
+
+
+def _sample(logits, temperature, top_k, generator, divide=True):
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature if divide else logits
+    if top_k is not None:
+        logits = logits.masked_fill(logits < logits.topk(top_k, -1).values[:, -1:], float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+
+
+def _windows(ids, starts, n, shift=1):
+    offsets = torch.arange(n)
+    return ids[starts[:, None] + offsets], ids[starts[:, None] + offsets + shift]
+
+
+class _Layer(nn.Module):  # the learner's encoder layer of chapter 06
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.self_attn = tl.MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = tl.FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        z = self.norm1(x + self.self_attn(x, x, x, mask)[0])
+        return self.norm2(z + self.feed_forward(z))
+
+
+def _pre_ln_layer(layer, x, mask):
+    h = layer.norm1(x)
+    z = x + layer.self_attn(h, h, h, mask)[0]
+    return z + layer.feed_forward(layer.norm2(z))
+
+
+# (checker, reference solution, [(wrong answer, words the hint must contain), ...])
+CASES = {
+    "future_mask": (ex.check_future_mask, lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), [
+        (lambda n: tl.causal_mask(n), "allowed mask"),
+        (lambda n: torch.ones(n, n, dtype=torch.bool).triu(0), "diagonal is blocked"),
+        (lambda n: torch.ones(n, n).triu(1), "bool tensor")]),
+    "allowed_count": (ex.check_allowed_count, lambda n: n * (n + 1) // 2, [
+        (lambda n: n * n, "every entry"), (lambda n: n * (n - 1) // 2, "include the diagonal")]),
+    "cached_rows": (ex.check_cached_rows, lambda p, n: tl.causal_mask(p + n)[p:], [
+        (lambda p, n: tl.causal_mask(p + n)[:n], "first rows"), (lambda p, n: tl.causal_mask(n), "expected shape")]),
+    "embed": (ex.check_embed, lambda ids, t: F.one_hot(ids, t.shape[0]).float() @ t, [
+        (lambda ids, t: t @ t.T, "Expected shape"), (lambda ids, t: t[(ids + 1) % t.shape[0]], "wrong values")]),
+    "embedding_parameters": (ex.check_embedding_parameters, lambda v, d: v * d, [
+        (lambda v, d: v * d + d, "no bias"), (lambda v, d: v + d, "per token per dimension")]),
+    "pad": (ex.check_pad, lambda s, p: _pad(s, p), [
+        (lambda s, p: _pad(s, p, left=True), "on the left"), (lambda s, p: _pad(s, 0), "Use pad_id"),
+        (lambda s, p: _pad(s, p).float(), "torch.long")]),
+    "encoding": (ex.check_encoding, _encoding, [
+        (lambda m, d: _encoding(m, d, swap=True), "swapped"), (ex._doubled_exponent, "exponent is doubled"),
+        (lambda m, d: _encoding(m, d)[:, :-1], "Expected shape")]),
+    "self_similarity": (ex.check_self_similarity, lambda d: d / 2, [
+        (lambda d: float(d), "count pairs"), (lambda d: 1.0, "one pair")]),
+    "wavelength": (ex.check_wavelength, lambda d, i: 2 * math.pi * 10000 ** (2 * i / d), [
+        (lambda d, i: 10000 ** (2 * i / d), "2 pi"), (lambda d, i: 2 * math.pi * 10000 ** (4 * i / d), "doubled")]),
+    "attention": (ex.check_attention, _attention, [
+        (lambda q, k, v: _attention(q, k, v, scale=False), "sqrt(d_k)"),
+        (lambda q, k, v: _attention(q, k, v, axis=-2), "over the keys"),
+        (lambda q, k, v: (q @ k.transpose(-2, -1) / q.shape[-1]).softmax(-1) @ v, "not by d_k")]),
+    "split": (ex.check_split, lambda t, h: t.view(t.shape[0], t.shape[1], h, -1).transpose(1, 2), [
+        (lambda t, h: t.view(t.shape[0], h, t.shape[1], -1), "wrong content"), (lambda t, h: t, "Expected shape")]),
+    "score_std": (ex.check_score_std, lambda d: math.sqrt(d), [
+        (lambda d: float(d), "variance"), (lambda d: 1.0, "after scaling")]),
+    "padding_mask": (ex.check_padding_mask, lambda t, p: (t != p)[:, None, None, :], [
+        (lambda t, p: (t == p)[:, None, None, :], "Reversed"), (lambda t, p: t != p, "broadcast"),
+        (lambda t, p: (t != 0)[:, None, None, :], "hard-code 0")]),
+    "target_mask": (ex.check_target_mask, lambda t, p: (t != p)[:, None, None, :] & tl.causal_mask(t.shape[1]), [
+        (lambda t, p: (t != p)[:, None, None, :].expand(-1, 1, t.shape[1], -1), "Only padding"),
+        (lambda t, p: tl.causal_mask(t.shape[1]).expand(t.shape[0], 1, -1, -1), "Only the future"),
+        (lambda t, p: ~((t != p)[:, None, None, :] & tl.causal_mask(t.shape[1])), "Reversed")]),
+    "masks_needed": (ex.check_masks_needed, lambda f: {"encoder-only": {"padding"}, "decoder-only": {"causal"},
+                                                       "encoder-decoder": {"padding", "causal"}}[f], [
+        (lambda f: {"padding", "causal"}, "both directions"), (lambda f: {"padding"}, "causal mask")]),
+    "layer_norm": (ex.check_layer_norm, lambda x, w, b, e: F.layer_norm(x, x.shape[-1:], w, b, e), [
+        (lambda x, w, b, e: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + e) * w + b, "biased"),
+        (lambda x, w, b, e: (x - x.mean(-1, keepdim=True)) / (x.std(-1, unbiased=False, keepdim=True) + e) * w + b,
+         "inside the square root"),
+        (lambda x, w, b, e: F.layer_norm(x, x.shape[-1:], None, None, e), "gain and the shift")]),
+    "pre_ln": (ex.check_pre_ln, lambda x, s, n: x + s(n(x)), [
+        (lambda x, s, n: n(x + s(x)), "post-LN"), (lambda x, s, n: s(n(x)), "residual is missing")]),
+    "batch_norm_mean": (ex.check_batch_norm_mean, lambda x: x.mean(dim=(0, 1)), [
+        (lambda x: x.mean(-1), "layer norm"), (lambda x: x.mean(0), "positions too")]),
+    "mean_pool": (ex.check_mean_pool, lambda h, m: (h * m[:, 0, 0, :, None]).sum(1) / m[:, 0, 0].sum(1, keepdim=True), [
+        (lambda h, m: h.mean(1), "padding is averaged"), (lambda h, m: (h * m[:, 0, 0, :, None]).sum(1) / 5, "real tokens")]),
+    "first_pool": (ex.check_first_pool, lambda h: h[:, 0], [
+        (lambda h: h[:, -1], "last position"), (lambda h: h.mean(1), "mean pooling")]),
+    "sample": (ex.check_sample, _sample, [
+        (lambda lg, t, k, g: torch.multinomial(lg.softmax(-1), 1, generator=g), "argmax"),
+        (lambda lg, t, k, g: _sample(lg, t, None, g), "top_k=2"),
+        (lambda lg, t, k, g: _sample(lg, t, k, g, divide=False), "temperature")]),
+    "windows": (ex.check_windows, _windows, [
+        (lambda i, s, n: _windows(i, s, n, shift=0), "shifted by one"), (lambda i, s, n: _windows(i, s, n, shift=-1), "wrong way")]),
+    "kv_cache_bytes": (ex.check_kv_cache_bytes, lambda L, d, T, B, nb: 2 * L * d * T * B * nb, [
+        (lambda L, d, T, B, nb: L * d * T * B * nb, "keys AND values"), (lambda L, d, T, B, nb: 2 * L * d * T * B, "bytes")]),
+    "shift": (ex.check_shift, lambda t: (t[:, :-1], t[:, 1:]), [
+        (lambda t: (t[:, 1:], t[:, :-1]), "Swapped"), (lambda t: (t, t[:, 1:]), "not shifted")]),
+    "loss_positions": (ex.check_loss_positions, lambda y, p: y != p, [
+        (lambda y, p: y == p, "Reversed"), (lambda y, p: (y != p) & (y != 2), "<eos>")]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_checker_accepts_the_solution_and_explains_mistakes(name):
+    check, solution, wrong_answers = CASES[name]
+    assert check(solution) == ex.CORRECT
+    assert len(wrong_answers) >= 2
+    for wrong, hint in wrong_answers:
+        feedback = check(wrong)
+        assert feedback != ex.CORRECT, f"{name}: a wrong answer was accepted"
+        assert hint.lower() in feedback.lower(), f"{name}: expected a hint about {hint!r}, got {feedback!r}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_stub_is_not_answered_and_a_student_stub_raises_a_friendly_error(name):
+    check = CASES[name][0]
+    assert check(lambda *args: None).startswith("Not answered yet")
+
+    def student_stub(*args):
+        raise tl.NotYetDone(f"exercise {name}")
+
+    with pytest.raises(tl.NotYetDone, match=f"exercise {name} is not done yet"):
+        check(student_stub)
+
+
+def test_pre_ln_layer_checker():
+    assert ex.check_pre_ln_layer(_pre_ln_layer, _Layer) == ex.CORRECT
+    assert "post-LN order" in ex.check_pre_ln_layer(lambda layer, x, m: layer(x, m), _Layer)
+    assert "Not quite" in ex.check_pre_ln_layer(lambda layer, x, m: x + layer.self_attn(x, x, x, m)[0], _Layer)
+
+
+def test_greedy_checker():
+    src_tok, tgt_tok = tl.CharTokenizer("0123456789"), tl.CharTokenizer("abcdefgh ")
+    model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=16, num_heads=2,
+                           num_layers=1, d_ff=32, dropout=0.0).eval()  # fmt: skip
+
+    def solution(m, src, bos, eos, n):
+        return m.greedy_decode(src, bos, eos, n)
+
+    assert ex.check_greedy(solution, model, src_tok, tgt_tok) == ex.CORRECT
+    assert "Start the output with <bos>" in ex.check_greedy(lambda m, s, b, e, n: solution(m, s, b, e, n)[:, 1:],
+                                                            model, src_tok, tgt_tok)  # fmt: skip
+    wrong = lambda m, s, b, e, n: torch.cat([solution(m, s, b, e, n), torch.full((1, 1), tgt_tok.stoi["a"])], dim=1)
+    assert "expected" in ex.check_greedy(wrong, model, src_tok, tgt_tok)
