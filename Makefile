@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 
-.PHONY: help install book test lint unit notebooks book-strict browser execute benchmark lock clean fresh-clone
+.PHONY: help install book test lint unit notebooks book-strict browser execute student benchmark lock clean fresh-clone
 
 help:
 	@echo "make book      build the website into _build/html"
 	@echo "make test      lint, unit tests, every notebook under nbval, strict book build"
 	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh"
+	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make benchmark print attention and KV-cache timings"
 
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
@@ -54,6 +55,9 @@ execute: $(STAMP)
 		echo "executing $$nb"; \
 		$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 "$$nb" || exit 1; \
 	done
+
+student: $(STAMP)
+	$(BIN)/python tools/student_edition.py --out _build/student
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/attention.py

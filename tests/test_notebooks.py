@@ -95,11 +95,30 @@ def test_follows_the_template(path):
         assert c.metadata["mystnb"]["figure"].get("name"), "figure without a name to cross-reference"
         assert c.metadata["mystnb"].get("image", {}).get("alt"), "figure without alt text"
     assert re.search(r"class: warning", markdown) and "Pitfalls" in markdown, "needs a Pitfalls box"
-    solutions = [c for c in cells if "solution" in c.metadata.get("tags", [])]
-    dropdowns = markdown.count(":class: dropdown")
-    assert len(solutions) + dropdowns >= 3, "needs at least 3 exercises with hidden solutions"
-    for c in solutions:
-        assert "hide-input" in c.metadata.get("tags", []), "solution cells must be hidden (hide-input)"
+    assert "Self-check" in headings, "needs a Self-check quiz before the exercises"
+    quiz = markdown.split("## Self-check", 1)[1].split("## Exercises", 1)[0]
+    questions = re.findall(r"^\*\*Q\d+\.\*\*", quiz, re.M)
+    assert 3 <= len(questions) <= 5, f"the Self-check needs 3 to 5 questions, has {len(questions)}"
+    assert quiz.count("{admonition} Answer") == len(questions), "every Self-check question needs a hidden answer"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_exercises_have_checkers_and_hidden_solutions(path):
+    cells = _read(path).cells
+    tags = [c.metadata.get("tags", []) for c in cells]
+    exercises = [i for i, t in enumerate(tags) if "exercise" in t]
+    assert len(exercises) >= 3, f"needs at least 3 exercises, has {len(exercises)}"
+    for i in exercises:
+        checker = cells[i + 1]
+        assert "checker" in tags[i + 1] and "tl.exercises.check_" in checker.source, (
+            f"exercise cell {i} must be followed by a checker cell calling tl.exercises"
+        )
+        assert "return None" in cells[i].source, f"exercise cell {i} must be a stub that returns None"
+        solution = cells[i + 2]
+        assert "solution" in tags[i + 2] and "hide-input" in tags[i + 2], f"exercise cell {i} needs a hidden solution"
+        assert checker.source.split("(")[0] in solution.source, "the solution must pass the same checker"
+        printed = "".join(o.get("text", "") for o in solution.get("outputs", []))
+        assert "Correct!" in printed, f"the solution to exercise cell {i} does not pass its checker: {printed!r}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

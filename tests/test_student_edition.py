@@ -1,0 +1,70 @@
+"""`make student`: no solution leaks, and every student notebook runs top to bottom."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import student_edition  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    assert student_edition.main(["--out", str(out)]) == 0
+    return out / "notebooks"
+
+
+def _solution_lines(nb) -> list[str]:
+    """The distinctive lines of every solution in a teacher's notebook."""
+    lines = []
+    for cell in nb.cells:
+        if "solution" in cell.metadata.get("tags", []):
+            lines += [ln.strip() for ln in cell.source.split("\n") if len(ln.strip()) > 25 and "print(" not in ln]
+        if cell.cell_type == "markdown":
+            for block in student_edition.SOLUTION_DROPDOWN.findall(cell.source):
+                lines += [ln.strip() for ln in block.split("\n") if len(ln.strip()) > 25]
+    return lines
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_solution_leaks(edition, path):
+    teacher = nbformat.read(path, as_version=4)
+    student = nbformat.read(edition / path.name, as_version=4)
+    text = "\n".join(c.source for c in student.cells)
+    assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
+    assert "Solution to exercise" not in text and not re.search(r"def solution_\w+", text)
+    # lines the chapter also teaches outside its solutions (e.g. the from-scratch layer norm) are not leaks
+    taught = "\n".join(student_edition.SOLUTION_DROPDOWN.sub("", c.source) for c in teacher.cells
+                        if "solution" not in c.metadata.get("tags", []))  # fmt: skip
+    leaked = [line for line in _solution_lines(teacher) if line in text and line not in taught]
+    assert not leaked, f"{path.name}: solution text in the student edition: {leaked[:3]}"
+    checkers = [c for c in student.cells if "checker" in c.metadata.get("tags", [])]
+    assert len(checkers) >= 3 and all("raises-exception" in c.metadata["tags"] for c in checkers)
+    stubs = [c for c in student.cells if "exercise" in c.metadata.get("tags", [])]
+    assert len(stubs) >= 3 and all("raise tl.NotYetDone(" in c.source for c in stubs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_student_notebook_runs_top_to_bottom(edition, path):
+    nb = nbformat.read(edition / path.name, as_version=4)
+    for cell in nb.cells:  # the setup cell installs nothing here: the package is already installed
+        if "nbval-skip" in cell.metadata.get("tags", []):
+            cell.source = "pass"
+    NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    errors = [(c.source.split("(")[0], o.ename) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]  # fmt: skip
+    assert len(errors) >= 3, "each unfinished exercise's checker should stop with NotYetDone"
+    assert {ename for _, ename in errors} == {"NotYetDone"}, f"unexpected errors: {errors}"
+    last = nb.cells[-1]
+    assert last.cell_type == "markdown" or last.execution_count is not None, "execution did not reach the end"
