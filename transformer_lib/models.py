@@ -21,33 +21,20 @@ def _positional(cfg: TransformerConfig) -> nn.Module:
     return kind(cfg.d_model, cfg.max_len, cfg.dropout)
 
 
+def _stack_kwargs(cfg: TransformerConfig) -> dict:
+    """The constructor arguments an Encoder and a Decoder share, read off the config."""
+    return dict(
+        d_model=cfg.d_model, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout, norm_first=cfg.norm_first,
+        activation=cfg.activation, eps=cfg.layer_norm_eps, final_norm=cfg.use_final_norm,
+    )  # fmt: skip
+
+
 def _encoder(cfg: TransformerConfig) -> Encoder:
-    return Encoder(
-        cfg.num_layers,
-        cfg.d_model,
-        cfg.num_heads,
-        cfg.d_ff,
-        cfg.dropout,
-        cfg.norm_first,
-        cfg.activation,
-        cfg.layer_norm_eps,
-        cfg.use_final_norm,
-    )
+    return Encoder(cfg.num_layers, **_stack_kwargs(cfg))
 
 
 def _decoder(cfg: TransformerConfig, cross_attention: bool = True) -> Decoder:
-    return Decoder(
-        cfg.decoder_layers,
-        cfg.d_model,
-        cfg.num_heads,
-        cfg.d_ff,
-        cfg.dropout,
-        cfg.norm_first,
-        cfg.activation,
-        cfg.layer_norm_eps,
-        cfg.use_final_norm,
-        cross_attention,
-    )
+    return Decoder(cfg.decoder_layers, cross_attention=cross_attention, **_stack_kwargs(cfg))
 
 
 def _init_weights(model: nn.Module) -> None:
