@@ -6,7 +6,6 @@ git URL) and the whole notebook must then run in that environment.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,4 +51,3 @@ def test_setup_cell_installs_the_package_then_the_notebook_runs(tmp_path, monkey
     assert str(venv) in installed.stdout, "the setup cell must have installed the package into the bare environment"
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "our causal mask equals tl.causal_mask: True" in printed
-    assert os.environ["TRANSFORMER_LIB_SOURCE"] == str(ROOT)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+from setup_cell import repository_url  # noqa: E402,F401  (the one reader of _config.yml's URL)
 
 
 def toc_pages() -> list[str]:
@@ -19,10 +22,6 @@ def toc_pages() -> list[str]:
     for part in toc.get("parts", []):
         files += [c["file"] for c in part["chapters"]]
     return [f"{Path(f).with_suffix('').as_posix()}.html" for f in files]
-
-
-def repository_url() -> str:
-    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
 
 
 def image_problems(page) -> list[str]:
