@@ -89,3 +89,19 @@ def test_lm_batches_are_shifted_by_one():
     x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0)))
     assert x.shape == y.shape == (4, 8)
     assert torch.equal(y, x + 1)
+
+
+def test_word_tokenizer_round_trip_keeps_hyphens_and_marks_unknown_words():
+    pairs = data.numbers_to_words_task(3000, seed=1)
+    tok = data.WordTokenizer.from_texts(t for _, t in pairs)
+    assert data.WordTokenizer.split("twenty-seven thousand") == ["twenty-", "seven", "thousand"]
+    for _, text in pairs:
+        ids = tok.encode(text, bos=True, eos=True)
+        assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id and tok.unk_id not in ids
+        assert tok.decode(ids) == text
+    assert tok.encode("seven apples") == [tok.stoi["seven"], tok.unk_id]
+    assert tok.decode(tok.encode("seven") + [tok.eos_id, tok.stoi["one"]]) == "seven"
+    with pytest.raises(ValueError, match="single words"):
+        data.WordTokenizer(["two words"])
+    with pytest.raises(TypeError, match="str"):
+        tok.encode(7)

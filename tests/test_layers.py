@@ -15,6 +15,11 @@ def test_layer_norm_matches_torch(d_model):
         ours.bias.copy_(ref.bias)
     x = torch.randn(3, 5, d_model) * 4 + 2
     assert torch.allclose(ours(x), ref(x), atol=1e-5)
+    # and the closed form the chapter builds by hand: biased variance, eps inside the root, per-feature affine
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    by_hand = (x - mean) / torch.sqrt(var + ours.eps) * ours.weight + ours.bias
+    assert torch.allclose(ours(x), by_hand, atol=1e-5)
 
 
 def test_layer_norm_has_one_gain_and_bias_per_feature():

@@ -125,3 +125,23 @@ def test_models_run_with_odd_sizes_and_batch_of_one():
     out = model(torch.randint(0, 7, (1, 4)), torch.randint(0, 9, (1, 11)))
     assert out.shape == (1, 11, 9)
     assert len(model.decoder.layers) == 3
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(norm_first, positional):
+    torch.manual_seed(5)
+    model = tl.Transformer(vocab_size=13, norm_first=norm_first, positional=positional, **SMALL).eval()
+    src = torch.tensor([[4, 5, 6, 7, 0, 0], [8, 9, 10, 11, 12, 4], [5, 0, 0, 0, 0, 0]])  # padded, different lengths
+    for eos_id in (2, -1):  # a real end token, and one never produced, so that all 25 steps run
+        cached = model.greedy_decode(src, bos_id=1, eos_id=eos_id, max_new_tokens=25, use_cache=True)
+        plain = model.greedy_decode(src, bos_id=1, eos_id=eos_id, max_new_tokens=25, use_cache=False)
+        assert torch.equal(cached, plain)
+    assert plain.shape == (3, 26)
+    caches = model.new_cache()
+    memory = model.encode(src)
+    step_by_step = torch.cat([model.decode(plain[:, t : t + 1], memory, model.make_src_mask(src), caches=caches)
+                              for t in range(plain.shape[1])], dim=1)  # fmt: skip
+    # one token at a time through the cache gives the logits of one full pass, at the rows not yet done
+    full = model.decode(plain, memory, model.make_src_mask(src))
+    assert torch.allclose(step_by_step[0], full[0], atol=1e-5)

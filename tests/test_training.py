@@ -1,7 +1,9 @@
-"""The package's trained-results promises, each within a 30 s training budget on 2 CPU cores.
+"""The package's trained-results promises, each after a fixed number of steps.
 
-`fit(..., time_limit=30)` stops training at 30 s whatever the step count, so these tests check
-what a laptop reaches in that budget; they do not time anything themselves.
+Nothing here reads the clock to decide anything: a machine twice as slow trains the same model
+and must reach the same bar. The seconds each run took are printed (pytest -s shows them) and
+belong to the benchmark, not to an assert. The bars have margins, because the trained numbers
+differ in their last digits between CPUs (see the README, "Same results on every machine").
 """
 
 import pytest
@@ -11,10 +13,9 @@ import transformer_lib as tl
 from transformer_lib import data, training
 
 pytestmark = pytest.mark.slow
-BUDGET_S = 30.0
 
 
-def _train_seq2seq(pairs, src_tok, tgt_tok, steps):
+def _train_seq2seq(pairs, src_tok, tgt_tok, steps, lr=3e-3, warmup=100):
     g = tl.set_seed(0)
     train, test = data.split_data(pairs, (0.9, 0.1), seed=0)
     assert not {s for s, _ in train} & {s for s, _ in test}, "held-out inputs must be unseen"
@@ -22,8 +23,7 @@ def _train_seq2seq(pairs, src_tok, tgt_tok, steps):
     model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
                            num_heads=4, num_layers=2, d_ff=256, dropout=0.0, max_len=64)  # fmt: skip
     batches = data.iterate_batches(src, tgt, batch_size=64, generator=g, pad_id=src_tok.pad_id, forever=True)
-    hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=3e-3, time_limit=BUDGET_S,
-                        progress=False)  # fmt: skip
+    hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=lr, warmup=warmup, progress=False)
     test_src, test_tgt = data.encode_pairs(test[:1000], src_tok, tgt_tok)
     acc = training.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
     print(f"{len(hist.steps)} steps in {hist.seconds:.1f}s, held-out exact match {acc:.4f}")
@@ -33,15 +33,15 @@ def _train_seq2seq(pairs, src_tok, tgt_tok, steps):
 def test_reverse_task_reaches_99_percent_exact_match():
     tok = data.CharTokenizer("abcdefghijklmnop")
     acc, hist = _train_seq2seq(data.reverse_task(12000, seed=0), tok, tok, steps=500)
-    assert hist.seconds <= BUDGET_S + 2
+    assert len(hist.steps) == 500
     assert acc >= 0.99
 
 
 def test_numbers_to_words_reaches_99_percent_exact_match():
     pairs = data.numbers_to_words_task(30000, seed=0)
-    src_tok, tgt_tok = data.CharTokenizer("0123456789"), data.CharTokenizer.from_texts(t for _, t in pairs)
-    acc, hist = _train_seq2seq(pairs, src_tok, tgt_tok, steps=450)
-    assert hist.seconds <= BUDGET_S + 2
+    src_tok, tgt_tok = data.CharTokenizer("0123456789"), data.WordTokenizer.from_texts(t for _, t in pairs)
+    acc, hist = _train_seq2seq(pairs, src_tok, tgt_tok, steps=250, lr=5e-3, warmup=50)
+    assert len(hist.steps) == 250
     assert acc >= 0.99
 
 
@@ -54,11 +54,11 @@ def test_language_model_beats_bigram_by_15_percent():
     train_ids, val_ids = ids[:n], ids[n:]
     lm = tl.DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=256,
                           dropout=0.0, max_len=128, norm_first=True)  # fmt: skip
-    training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, generator=g), steps=300, lr=3e-3,
-                 time_limit=BUDGET_S, progress=False)  # fmt: skip
+    hist = training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, generator=g), steps=300, lr=3e-3,
+                        progress=False)  # fmt: skip
     model_loss = training.lm_eval_loss(lm, val_ids, 64)
     bigram = training.bigram_loss(train_ids, val_ids, tok.vocab_size)
-    print(f"validation loss {model_loss:.3f} nats, bigram {bigram:.3f} nats")
+    print(f"{len(hist.steps)} steps in {hist.seconds:.1f}s: validation loss {model_loss:.3f} nats, bigram {bigram:.3f}")
     assert model_loss <= 0.85 * bigram
 
 

@@ -5,9 +5,10 @@ Masks everywhere are bool with True = may attend.
 """
 
 from . import attention, config, data, decoder, embedding, encoder, interop, layers, masks, models, positional
-from . import exercises, training, utils, viz  # noqa: F401
+from . import checkpoints, exercises, training, utils, viz  # noqa: F401
 from .exercises import NotYetDone  # noqa: F401
 from .attention import *  # noqa: F403
+from .checkpoints import *  # noqa: F403
 from .config import *  # noqa: F403
 from .data import *  # noqa: F403
 from .decoder import *  # noqa: F403
@@ -28,6 +29,7 @@ __all__ = sorted(
     name
     for module in (
         attention,
+        checkpoints,
         config,
         data,
         decoder,

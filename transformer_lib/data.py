@@ -6,12 +6,14 @@ Every generator takes a `seed` and returns the same data for the same seed.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
 __all__ = [
     "CharTokenizer",
+    "WordTokenizer",
     "pad_sequences",
     "copy_task",
     "reverse_task",
@@ -71,6 +73,67 @@ class CharTokenizer:
             if i >= len(SPECIALS):
                 chars.append(self.itos[i])
         return "".join(chars)
+
+
+class WordTokenizer:
+    """One id per word, after the same four specials as CharTokenizer: <pad>=0, <bos>=1, <eos>=2, <unk>=3.
+
+    Words are split at spaces, and a hyphenated word after its hyphen, which stays on the first
+    part: 'twenty-seven thousand' -> ['twenty-', 'seven', 'thousand']. So decode(encode(t)) == t
+    for any text of known words separated by single spaces.
+    """
+
+    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+    _WORD = re.compile(r"[^\s-]+-?|-")
+
+    def __init__(self, words: Iterable[str]):
+        vocabulary = sorted(set(words) - set(SPECIALS))
+        for w in vocabulary:
+            if self.split(w) != [w]:
+                raise ValueError(f"WordTokenizer takes single words, got {w!r} (it splits into {self.split(w)})")
+        self.itos: list[str] = list(SPECIALS) + vocabulary
+        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
+
+    @classmethod
+    def split(cls, text: str) -> list[str]:
+        """'twenty-seven thousand' -> ['twenty-', 'seven', 'thousand']."""
+        return cls._WORD.findall(text)
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> WordTokenizer:
+        """A tokenizer whose vocabulary is every word that occurs in `texts`."""
+        return cls(w for t in texts for w in cls.split(t))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, specials included."""
+        return len(self.itos)
+
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        """'twenty-one' -> [ids]; unknown words map to <unk>; optionally wrapped in <bos> ... <eos>."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        ids = [self.stoi.get(w, self.unk_id) for w in self.split(text)]
+        return [self.bos_id] * bos + ids + [self.eos_id] * eos
+
+    def tokens(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> list[str]:
+        """[ids] -> the words they stand for, specials dropped; stops at the first <eos> when `stop_at_eos`."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        words = []
+        for i in ids:
+            if i == self.eos_id and stop_at_eos:
+                break
+            if i >= len(SPECIALS):
+                words.append(self.itos[i])
+        return words
+
+    def decode(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
+        """[ids] -> text: words joined by spaces, except straight after a hyphen."""
+        text = ""
+        for w in self.tokens(ids, stop_at_eos):
+            text += w if not text or text.endswith("-") else " " + w
+        return text
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> torch.Tensor:

@@ -108,13 +108,22 @@ class Transformer(nn.Module):
         memory: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
+        caches: list[KVCache] | None = None,
     ) -> torch.Tensor:
-        """tgt (B, T) ids, memory (B, S, d_model) -> logits (B, T, V_tgt)."""
+        """tgt (B, T) ids, memory (B, S, d_model) -> logits (B, T, V_tgt).
+
+        With caches (one KVCache per decoder layer), tgt continues the cached positions and, when
+        no tgt_mask is given, each new token may attend to every earlier one and to itself.
+        """
         _check_2d(tgt, "tgt")
-        if tgt_mask is None:
-            tgt_mask = self.make_tgt_mask(tgt)
-        x = self.tgt_pos(self.tgt_embed(tgt))  # (B, T, d_model)
-        x = self.decoder(x, memory, tgt_mask, src_mask)  # (B, T, d_model)
+        past = 0 if caches is None else len(caches[0])
+        if tgt_mask is None and caches is None:
+            tgt_mask = self.make_tgt_mask(tgt)  # (B, 1, T, T)
+        elif tgt_mask is None and tgt.shape[1] > 1:
+            tgt_mask = causal_mask(past + tgt.shape[1], tgt.device)[past:]  # (T, past + T)
+        # (one new token with a cache needs no mask: it may see every earlier position and itself)
+        x = self.tgt_pos(self.tgt_embed(tgt), offset=past)  # (B, T, d_model)
+        x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # (B, T, d_model)
         return self.generator(x)  # (B, T, V_tgt)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
@@ -122,17 +131,29 @@ class Transformer(nn.Module):
         src_mask = self.make_src_mask(src)
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
+    def new_cache(self) -> list[KVCache]:
+        """One empty KVCache per decoder layer, for the decoder's self-attention."""
+        return [KVCache() for _ in self.decoder.layers]
+
     @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
-        """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding)."""
+    def greedy_decode(
+        self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
+    ) -> torch.Tensor:
+        """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding).
+
+        The encoder runs once. With use_cache, each step feeds only the newest token and the decoder's
+        self-attention reads earlier keys and values from a KVCache; the tokens are the same either way.
+        """
         _check_2d(src, "src")
         src_mask = self.make_src_mask(src)
         memory = self.encode(src, src_mask)  # (B, S, d_model), computed once
         B = src.shape[0]
         out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        caches = self.new_cache() if use_cache else None
         for _ in range(max_new_tokens):
-            logits = self.decode(out, memory, src_mask)[:, -1]  # (B, V)
+            step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
+            logits = self.decode(step_input, memory, src_mask, caches=caches)[:, -1]  # (B, V)
             next_id = logits.argmax(dim=-1)  # (B,)
             next_id = next_id.masked_fill(done, self.pad_id)
             out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)

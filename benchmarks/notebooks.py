@@ -1,0 +1,70 @@
+"""Time every notebook against the reference workload, in one run. Not a test: it prints figures.
+
+    python benchmarks/notebooks.py [--cells N] [notebooks/03_attention.ipynb ...]
+
+Each notebook is executed top to bottom in a fresh kernel (as nbval does, setup cell skipped),
+and its time is given as a ratio to `reference.py`'s workload timed just before and just after
+the notebooks (the mean of the two). The budget is <= 6x per notebook and <= 40x for the suite.
+`--cells N` also lists the N slowest cells of each notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import reference_seconds  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PER_NOTEBOOK, SUITE = 6.0, 40.0
+
+def run_notebook(path: Path) -> tuple[float, list[tuple[float, int, str]]]:
+    """Execute one notebook (its nbval-skip cells left out); return (seconds, [(seconds, index, first line)])."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if "nbval-skip" not in c.metadata.get("tags", [])]
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    cells: list[tuple[float, int, str]] = []
+    start = time.perf_counter()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            t0 = time.perf_counter()
+            client.execute_cell(cell, index)
+            first = next((line for line in cell.source.splitlines() if not line.startswith("#")), "")
+            cells.append((time.perf_counter() - t0, index, first[:70]))
+    return time.perf_counter() - start, cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--cells", type=int, default=0, help="list the N slowest cells of each notebook")
+    args = parser.parse_args()
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    before = reference_seconds()
+    results = [(path, *run_notebook(path)) for path in paths]
+    after = reference_seconds()
+    reference = (before + after) / 2
+    print(f"reference workload (nn.Transformer, 100 Adam steps): {before:.2f} s before, {after:.2f} s after")
+    print(f"{'notebook':32} {'seconds':>8} {'ratio':>7}   budget {PER_NOTEBOOK:.0f}x")
+    total = 0.0
+    for path, seconds, cells in results:
+        total += seconds
+        flag = "" if seconds / reference <= PER_NOTEBOOK else "  over budget"
+        print(f"{path.name:32} {seconds:8.1f} {seconds / reference:6.1f}x{flag}")
+        for cell_seconds, index, first in sorted(cells, reverse=True)[: args.cells]:
+            print(f"    {cell_seconds:6.1f} s  cell {index:3d}  {first}")
+    flag = "" if total / reference <= SUITE else "  over budget"
+    print(f"{'all notebooks':32} {total:8.1f} {total / reference:6.1f}x   budget {SUITE:.0f}x{flag}")
+
+
+if __name__ == "__main__":
+    main()

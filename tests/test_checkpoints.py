@@ -1,0 +1,47 @@
+"""The shipped checkpoints come from their recipes, load into the right model, and keep their promise."""
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib import checkpoints
+
+
+def test_every_recipe_has_a_shipped_checkpoint_and_back():
+    shipped = sorted(p.stem for p in checkpoints.CHECKPOINT_DIR.glob("*.pt"))
+    assert shipped == sorted(checkpoints.RECIPES), "run `python tools/train_checkpoints.py` after changing a recipe"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(checkpoints.RECIPES))
+def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
+    """Re-run the recipe's first steps here and compare the losses with those the checkpoint recorded.
+
+    Float sums round differently on other CPUs, so the losses are compared to 1e-3, not exactly;
+    a different recipe (data, seed, model or learning rate) moves them by far more.
+    """
+    _, meta = tl.load_checkpoint(name)
+    first = meta["first_losses"]
+    model, history, _ = checkpoints.RECIPES[name](steps=len(first))
+    assert len(first) >= 10 and history.losses == pytest.approx(first, abs=1e-3)
+    _, longer = tl.load_checkpoint(name)
+    assert longer["steps"] > len(first)
+
+
+def test_bracket_classifier_checkpoint_keeps_the_chapter_promise():
+    model, meta = tl.load_checkpoint("bracket_classifier")
+    assert isinstance(model, tl.EncoderClassifier) and not model.training
+    _, _, _, x_test, y_test = checkpoints.bracket_classifier_data()
+    accuracy = tl.classification_accuracy(model, x_test, y_test)
+    assert accuracy >= 0.95
+    assert accuracy == pytest.approx(meta["evals"][-1]["test accuracy"], abs=0.005)
+
+
+def test_load_checkpoint_names_what_it_ships_when_asked_for_something_else(tmp_path):
+    with pytest.raises(FileNotFoundError, match="bracket_classifier"):
+        tl.load_checkpoint("no_such_model")
+    clf = tl.EncoderClassifier(vocab_size=7, num_classes=3, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    path = checkpoints.save_checkpoint(clf, tmp_path / "clf.pt", init={"num_classes": 3}, note="a test")
+    loaded, meta = tl.load_checkpoint(path)
+    x = torch.randint(1, 7, (2, 5))
+    assert meta == {"note": "a test"} and torch.equal(loaded(x), clf.eval()(x))

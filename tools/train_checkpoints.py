@@ -1,0 +1,49 @@
+"""Train the package's shipped checkpoints from their recipes and write them to transformer_lib/checkpoints/.
+
+    python tools/train_checkpoints.py [NAME ...]      (default: every recipe)
+
+Each file records the recipe's first losses, so that tests/test_checkpoints.py can re-run the
+first steps on any machine and check that the file really comes from its recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import transformer_lib as tl
+from transformer_lib import checkpoints
+
+FIRST_STEPS = 20  # how many losses the test re-computes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"some of {sorted(checkpoints.RECIPES)}")
+    args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(checkpoints.RECIPES))
+    if unknown:
+        parser.error(f"no recipe called {unknown}; the recipes are {sorted(checkpoints.RECIPES)}")
+    for name in args.names or sorted(checkpoints.RECIPES):
+        model, history, init = checkpoints.RECIPES[name](progress=True)
+        path = checkpoints.save_checkpoint(
+            model,
+            checkpoints.CHECKPOINT_DIR / f"{name}.pt",
+            init=init,
+            recipe=name,
+            steps=len(history.steps),
+            first_losses=history.losses[:FIRST_STEPS],
+            losses=history.losses,
+            eval_steps=history.eval_steps,
+            evals=history.evals,
+            seconds=round(history.seconds, 1),
+            torch_version=str(torch.__version__),
+            transformer_lib_version=tl.__version__,
+        )
+        print(f"{name}: {len(history.steps)} steps in {history.seconds:.1f} s, {history.evals[-1]} -> {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

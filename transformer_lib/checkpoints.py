@@ -1,0 +1,87 @@
+"""Small trained models shipped with the package, and the recipes that train them.
+
+A chapter whose demonstration needs more training than a notebook should spend on a laptop
+trains the same model briefly in front of the reader, then loads the longer run from here.
+Nothing is hidden: each checkpoint is made by a recipe below, through
+``python tools/train_checkpoints.py NAME``, and a test re-runs the first steps of the recipe and
+compares their losses with the ones the checkpoint recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import TransformerConfig
+from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, split_data
+from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
+from .training import History, classification_accuracy, classification_loss, fit
+from .utils import set_seed
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+_MODELS = {cls.__name__: cls for cls in (Transformer, EncoderClassifier, EncoderRegressor, DecoderOnlyLM)}
+
+
+def save_checkpoint(model: nn.Module, path: str | Path, init: dict | None = None, **meta) -> Path:
+    """Write the model's class, config, extra constructor arguments `init`, weights and `meta` to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "class": type(model).__name__,
+            "config": asdict(model.config),
+            "init": dict(init or {}),
+            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "meta": meta,
+        },
+        path,
+    )
+    return path
+
+
+def load_checkpoint(name: str | Path, device: torch.device | str | None = None) -> tuple[nn.Module, dict]:
+    """A shipped checkpoint by name ("bracket_classifier") or a file path -> (model in eval mode, meta)."""
+    path = Path(name)
+    if not path.suffix:
+        path = CHECKPOINT_DIR / f"{name}.pt"
+    if not path.is_file():
+        shipped = sorted(p.stem for p in CHECKPOINT_DIR.glob("*.pt"))
+        raise FileNotFoundError(f"no checkpoint at {path}; the package ships {shipped}")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = _MODELS[saved["class"]](TransformerConfig(**saved["config"]), **saved["init"])
+    model.load_state_dict(saved["state_dict"])
+    return model.to(device or "cpu").eval(), saved["meta"]
+
+
+def bracket_classifier_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chapter 06's bracket data: (tokenizer, x_train (N, S), y_train (N,), x_test (M, S), y_test (M,))."""
+    items = brackets_task(14000, seed=0, max_pairs=6)
+    train_items, test_items = split_data(items, (0.9, 0.1), seed=0)
+    tok = CharTokenizer("()[]")
+    x_train, y_train = encode_labelled(train_items, tok, bos=True)
+    x_test, y_test = encode_labelled(test_items, tok, bos=True)
+    return tok, x_train, y_train, x_test, y_test
+
+
+def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """Chapter 06's classifier: 3 pre-LN layers, d_model 64, 8 heads, 1500 AdamW steps of 64 strings."""
+    tok, x_train, y_train, x_test, y_test = bracket_classifier_data()
+    generator = set_seed(0)
+    model = EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=64, num_heads=8, num_layers=3,
+                              d_ff=128, dropout=0.0, max_len=64, norm_first=True)  # fmt: skip
+    batches = iterate_batches(x_train, y_train, batch_size=64, generator=generator, pad_id=tok.pad_id, forever=True)
+    held_out = lambda m: {"test accuracy": classification_accuracy(m, x_test, y_test)}
+    total = 1500
+    history = fit(model, classification_loss, batches, steps=steps or total, lr=3e-3, warmup=100, eval_fn=held_out,
+                  eval_every=300, progress=progress, desc="brackets (long run)")  # fmt: skip
+    return model, history, {"num_classes": 2}
+
+
+# name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
+RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {"bracket_classifier": _bracket_classifier}
