@@ -1,46 +1,59 @@
-# The two commands a newcomer needs: `make book` and `make test`. Both create .venv and install
-# from requirements.txt, pinned by constraints.txt, before they do anything else.
+# The two commands a newcomer needs: `make book` and `make test`. Both create .venv and install the
+# package with its book and test extras (pyproject.toml), pinned by constraints.txt, first.
+# While you work: `make check` (lint, format, fast unit tests) answers in well under a minute.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help install book test lint unit notebooks notebooks-portable book-strict browser execute student benchmark lock clean fresh-clone
+.PHONY: help install check book test lint unit book-tests notebooks notebooks-portable book-strict browser \
+	execute student benchmark checkpoints lock clean fresh-clone
 
 help:
+	@echo "make check     lint, format check and the fast unit tests: the loop while you work (< 1 min)"
 	@echo "make book      build the website into _build/html"
-	@echo "make test      lint, unit tests, every notebook under nbval, strict book build"
+	@echo "make test      everything: lint, all unit tests, notebook rules, every notebook under nbval"
+	@echo "               (twice: here and on other CPU kernels), strict book build, browser tests"
 	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh"
 	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
+	@echo "make lock      re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
 
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt -c $(CONSTRAINTS)
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet -e ".[book,test]" -c $(CONSTRAINTS)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(PYTEST) tests/unit -m "not slow" -q
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build .
 	@echo "The website is in _build/html/index.html"
 
-test: lint unit notebooks notebooks-portable book-strict browser
+test: lint unit book-tests notebooks notebooks-portable book-strict browser
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python tools/setup_cell.py
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/browser
+	$(PYTEST) tests/unit
 
-NBVAL := $(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	--nbval-cell-timeout=300 -p no:cacheprovider
+book-tests: $(STAMP)
+	$(PYTEST) tests/book
+
+NBVAL := $(PYTEST) --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 
 notebooks: $(STAMP)
 	$(NBVAL)
@@ -57,7 +70,7 @@ book-strict: $(STAMP)
 
 # needs the strict build's _build/html; skipped loudly without Chromium, failed under CI=true
 browser: $(STAMP)
-	$(BIN)/python -m pytest tests/browser -rs
+	$(PYTEST) tests/browser -rs
 
 execute: $(STAMP)
 	$(BIN)/python tools/setup_cell.py --write
@@ -73,9 +86,15 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/notebooks.py
 	$(BIN)/python benchmarks/attention.py
 
+checkpoints: $(STAMP)
+	$(BIN)/python tools/train_checkpoints.py
+
+# A real resolver (uv) over pyproject.toml's dependencies and extras. Pins already in
+# constraints.txt are kept where they still satisfy; torch is the CPU build of the pinned version.
 lock: $(STAMP)
-	@{ echo "# Exact versions that CI tests (generated with pip freeze; regenerate with 'make lock')."; \
-	   $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > $(CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet "uv>=0.5"
+	$(BIN)/python -m uv pip compile pyproject.toml --extra book --extra test --python-version 3.11 \
+		--custom-compile-command "make lock" --no-annotate --output-file $(CONSTRAINTS) --quiet
 
 fresh-clone:
 	tools/fresh_clone.sh

@@ -24,12 +24,18 @@ from reference import reference_seconds  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 PER_NOTEBOOK, SUITE = 6.0, 40.0
 
+
 def run_notebook(path: Path) -> tuple[float, list[tuple[float, int, str]]]:
     """Execute one notebook (its nbval-skip cells left out); return (seconds, [(seconds, index, first line)])."""
     nb = nbformat.read(path, as_version=4)
     nb.cells = [c for c in nb.cells if "nbval-skip" not in c.metadata.get("tags", [])]
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    client = NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    )
     cells: list[tuple[float, int, str]] = []
     start = time.perf_counter()
     with client.setup_kernel():

@@ -1,48 +1,150 @@
 """transformer_lib: the tested components of *Transformers, built and seen*.
 
 Every public name is importable from here, e.g. ``from transformer_lib import MultiHeadAttention``.
-Masks everywhere are bool with True = may attend.
+Masks everywhere are bool with True = may attend. Importing the package runs nothing and draws
+nothing: the figures in `viz` (and matplotlib's pyplot) load the first time one is used.
 """
 
-from . import attention, config, data, decoder, embedding, encoder, interop, layers, masks, models, positional
-from . import checkpoints, exercises, training, utils, viz  # noqa: F401
-from .exercises import NotYetDone  # noqa: F401
-from .attention import *  # noqa: F403
-from .checkpoints import *  # noqa: F403
-from .config import *  # noqa: F403
-from .data import *  # noqa: F403
-from .decoder import *  # noqa: F403
-from .embedding import *  # noqa: F403
-from .encoder import *  # noqa: F403
-from .interop import *  # noqa: F403
-from .layers import *  # noqa: F403
-from .masks import *  # noqa: F403
-from .models import *  # noqa: F403
-from .positional import *  # noqa: F403
-from .training import *  # noqa: F403
-from .utils import *  # noqa: F403
-from .viz import *  # noqa: F403
+import importlib
+
+from . import exercises
+from .attention import KVCache, MultiHeadAttention, capture_attention, fused_attention, scaled_dot_product_attention
+from .checkpoints import load_checkpoint, save_checkpoint
+from .config import TransformerConfig
+from .data import (
+    CharTokenizer,
+    WordTokenizer,
+    brackets_task,
+    char_corpus,
+    copy_task,
+    encode_labelled,
+    encode_pairs,
+    is_balanced,
+    iterate_batches,
+    lm_batches,
+    number_to_words,
+    numbers_to_words_task,
+    pad_sequences,
+    reverse_task,
+    split_data,
+)
+from .decoder import Decoder, DecoderLayer
+from .embedding import TokenEmbedding
+from .encoder import Encoder, EncoderLayer
+from .exercises import NotYetDone
+from .interop import from_torch, load_from_torch, load_into_torch, to_torch
+from .layers import FeedForward, LayerNorm
+from .masks import causal_mask, combine_masks, from_torch_convention, padding_mask, target_mask, to_torch_convention
+from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from .training import (
+    History,
+    bigram_loss,
+    classification_accuracy,
+    classification_loss,
+    exact_match,
+    fit,
+    label_smoothed_cross_entropy,
+    lm_eval_loss,
+    lm_loss,
+    seq2seq_loss,
+)
+from .utils import count_parameters, get_device, set_seed
 
 __version__ = "0.1.0"
 
-__all__ = sorted(
-    name
-    for module in (
-        attention,
-        checkpoints,
-        config,
-        data,
-        decoder,
-        embedding,
-        encoder,
-        interop,
-        layers,
-        masks,
-        models,
-        positional,
-        training,
-        utils,
-        viz,
-    )
-    for name in module.__all__
-) + ["NotYetDone"]
+_VIZ = (
+    "SliderFigure",
+    "attention_explorer",
+    "pe_explorer",
+    "plot_architecture",
+    "plot_attention",
+    "plot_attention_heads",
+    "plot_attention_layers",
+    "plot_mask",
+    "plot_positional_encoding",
+    "plot_sinusoids",
+    "plot_training_curves",
+    "slider_figure",
+)
+
+
+def __getattr__(name: str):
+    """Load `viz` (and with it matplotlib's pyplot) only when a figure is first asked for."""
+    if name == "viz" or name in _VIZ:
+        viz = importlib.import_module(f"{__name__}.viz")  # once imported, it is a plain attribute
+        return viz if name == "viz" else getattr(viz, name)
+    raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")
+
+
+__all__ = [
+    # configuration and components, in the book's order
+    "TransformerConfig",
+    "TokenEmbedding",
+    "sinusoidal_encoding",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+    "scaled_dot_product_attention",
+    "fused_attention",
+    "MultiHeadAttention",
+    "KVCache",
+    "capture_attention",
+    "padding_mask",
+    "causal_mask",
+    "combine_masks",
+    "target_mask",
+    "to_torch_convention",
+    "from_torch_convention",
+    "FeedForward",
+    "LayerNorm",
+    "EncoderLayer",
+    "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    # models
+    "Transformer",
+    "EncoderOnlyModel",
+    "EncoderClassifier",
+    "EncoderRegressor",
+    "DecoderOnlyLM",
+    # torch.nn interop
+    "from_torch",
+    "to_torch",
+    "load_from_torch",
+    "load_into_torch",
+    # data and training
+    "CharTokenizer",
+    "WordTokenizer",
+    "pad_sequences",
+    "copy_task",
+    "reverse_task",
+    "number_to_words",
+    "numbers_to_words_task",
+    "is_balanced",
+    "brackets_task",
+    "char_corpus",
+    "split_data",
+    "encode_pairs",
+    "encode_labelled",
+    "iterate_batches",
+    "lm_batches",
+    "History",
+    "fit",
+    "label_smoothed_cross_entropy",
+    "seq2seq_loss",
+    "lm_loss",
+    "classification_loss",
+    "exact_match",
+    "classification_accuracy",
+    "lm_eval_loss",
+    "bigram_loss",
+    "load_checkpoint",
+    "save_checkpoint",
+    # utilities, figures and course material
+    "set_seed",
+    "get_device",
+    "count_parameters",
+    *_VIZ,
+    "exercises",
+    "NotYetDone",
+]

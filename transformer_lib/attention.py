@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import TransformerConfig
+
 __all__ = [
     "scaled_dot_product_attention",
     "fused_attention",
@@ -141,13 +143,18 @@ class MultiHeadAttention(nn.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_k = d_model // num_heads
-        self.dropout = dropout
+        self.dropout_p = dropout  # a probability, applied to the attention weights while training
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.keep_weights = False  # set True (or use capture_attention) to keep the last weights
         self.last_weights: torch.Tensor | None = None
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> MultiHeadAttention:
+        """The attention a layer built from `config` uses (self- or cross-attention alike)."""
+        return cls(config.d_model, config.num_heads, config.dropout)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -197,7 +204,7 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(value))  # (B, h, T_k, d_k)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, h, T_past + T_k, d_k)
-        dropout_p = self.dropout if self.training else 0.0
+        dropout_p = self.dropout_p if self.training else 0.0
         if need_weights or self.keep_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)
             if self.keep_weights:

@@ -1,24 +1,37 @@
-"""Every hyperparameter of the book's models in one dataclass."""
+"""Every hyperparameter of the book's models in one dataclass, read by every layer.
+
+Layers, stacks and models are built from a `TransformerConfig` and keep it as ``self.config``.
+Adding an option to the book's models means one field here, the code that reads it, and its
+test: a stack hands its config to its layers untouched, so it never needs to know.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-__all__ = ["TransformerConfig", "resolve_config"]
+__all__ = ["TransformerConfig"]
 
 _POSITIONAL = ("sinusoidal", "learned")
 _ACTIVATIONS = ("relu", "gelu")
+# fields whose None means "follow another field"; each is resolved here, and only here
+_FOLLOWS = {"tgt_vocab_size": "vocab_size", "num_decoder_layers": "num_layers", "final_norm": "norm_first"}
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters of an encoder, a decoder or both, with the paper's names."""
+    """Hyperparameters of an encoder, a decoder or both, with the paper's names.
+
+    ``tgt_vocab_size``, ``num_decoder_layers`` and ``final_norm`` may be left as None: they then
+    follow ``vocab_size``, ``num_layers`` and ``norm_first``, and are resolved when the config is
+    built, so a layer reads a plain value. ``config.replace(...)`` keeps a following field
+    following: ``cfg.replace(norm_first=True)`` also turns the final norm on.
+    """
 
     vocab_size: int = 32  # tokens the (source) embedding knows
     tgt_vocab_size: int | None = None  # decoder vocabulary; None = same as vocab_size
     d_model: int = 128  # width of every residual stream vector
     num_heads: int = 4  # attention heads; d_k = d_model // num_heads
-    num_layers: int = 2  # encoder layers (and decoder layers unless overridden)
+    num_layers: int = 2  # encoder layers (and decoder layers unless num_decoder_layers says otherwise)
     num_decoder_layers: int | None = None  # None = num_layers
     d_ff: int = 512  # hidden width of the feed-forward block, often 4 * d_model
     dropout: float = 0.1  # on embeddings, attention weights and every sublayer output
@@ -28,12 +41,16 @@ class TransformerConfig:
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed) or "learned"
     activation: str = "relu"  # feed-forward non-linearity: "relu" or "gelu"
-    final_norm: bool | None = None  # LayerNorm after the last layer; None = norm_first
-    layer_norm_eps: float = 1e-5  # added to the variance inside LayerNorm
-    tie_embeddings: bool = False  # share the output projection with the target embedding
+    final_norm: bool | None = None  # a LayerNorm after the last layer of each stack; None = norm_first
+    eps: float = 1e-5  # added to the variance inside every LayerNorm
+    tie_embeddings: bool = False  # share the output head's weights with the (target) embedding
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len"):
+        for name, source in _FOLLOWS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(self, source))  # frozen: resolve once, here
+        for name in ("vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "num_decoder_layers",
+                     "d_ff", "max_len"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -50,34 +67,32 @@ class TransformerConfig:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be positive, got {self.eps!r}")
 
     @property
     def d_k(self) -> int:
         """Width of one attention head."""
         return self.d_model // self.num_heads
 
-    @property
-    def target_vocab_size(self) -> int:
-        """The decoder's vocabulary size."""
-        return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+    def replace(self, **changes) -> TransformerConfig:
+        """A copy with `changes`; unknown names are refused, and a field that followed another keeps following.
 
-    @property
-    def decoder_layers(self) -> int:
-        """How many decoder layers a model builds."""
-        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
-
-    @property
-    def use_final_norm(self) -> bool:
-        """Whether a stack ends with a LayerNorm."""
-        return self.norm_first if self.final_norm is None else self.final_norm
+        ``TransformerConfig(num_layers=2).replace(num_layers=4).num_decoder_layers == 4``, while a
+        decoder depth set on its own stays as it was.
+        """
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(f"unknown config field(s) {unknown}; known fields are {sorted(known)}")
+        for name, source in _FOLLOWS.items():
+            if source in changes and name not in changes and getattr(self, name) == getattr(self, source):
+                changes[name] = None  # it followed its source before: let it follow the new value
+        return replace(self, **changes)
 
 
 def resolve_config(config: TransformerConfig | None, overrides: dict) -> TransformerConfig:
-    """Return `config` (or the defaults) with keyword overrides applied, rejecting unknown names."""
+    """`config` (or the defaults) with keyword overrides applied: how every layer and model reads its arguments."""
     if config is not None and not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-    known = {f.name for f in fields(TransformerConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(f"unknown config field(s) {unknown}; known fields are {sorted(known)}")
-    return replace(config or TransformerConfig(), **overrides)
+    return (config or TransformerConfig()).replace(**overrides)

@@ -1,6 +1,6 @@
 """Small synthetic tasks that need no download, a character tokenizer, padding and batching.
 
-Every generator takes a `seed` and returns the same data for the same seed.
+Every task maker takes a `seed` and returns the same data for the same seed; batching takes an `rng`.
 """
 
 from __future__ import annotations
@@ -32,23 +32,37 @@ __all__ = [
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 
-class CharTokenizer:
-    """One id per character, after four specials: <pad>=0, <bos>=1, <eos>=2, <unk>=3."""
+class _Tokenizer:
+    """What both tokenizers share: four specials first (<pad>=0, <bos>=1, <eos>=2, <unk>=3), then the vocabulary.
+
+    A subclass says how text splits into tokens (`split`) and how tokens join back (`join`).
+    """
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
-    def __init__(self, chars: Iterable[str]):
-        alphabet = sorted(set(chars) - set(SPECIALS))
-        for c in alphabet:
-            if len(c) != 1:
-                raise ValueError(f"CharTokenizer takes single characters, got {c!r}")
-        self.itos: list[str] = list(SPECIALS) + alphabet
+    def __init__(self, tokens: Iterable[str]):
+        vocabulary = sorted(set(tokens) - set(SPECIALS))
+        for token in vocabulary:
+            if self.split(token) != [token]:
+                raise ValueError(f"{type(self).__name__} takes {self._unit}s, got {token!r} (it splits into "
+                                 f"{self.split(token)})")  # fmt: skip
+        self.itos: list[str] = list(SPECIALS) + vocabulary
         self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
 
+    _unit = "single token"
+
     @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> CharTokenizer:
-        """A tokenizer whose alphabet is every character that occurs in `texts`."""
-        return cls(set().union(*(set(t) for t in texts)))
+    def split(cls, text: str) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]):
+        """A tokenizer whose vocabulary is every token that occurs in `texts`."""
+        return cls(token for text in texts for token in cls.split(text))
 
     @property
     def vocab_size(self) -> int:
@@ -56,82 +70,65 @@ class CharTokenizer:
         return len(self.itos)
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """'abc' -> [ids]; unknown characters map to <unk>; optionally wrapped in <bos> ... <eos>."""
+        """text -> [ids]; unknown tokens map to <unk>; optionally wrapped in <bos> ... <eos>."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        ids = [self.stoi.get(c, self.unk_id) for c in text]
+        ids = [self.stoi.get(token, self.unk_id) for token in self.split(text)]
         return [self.bos_id] * bos + ids + [self.eos_id] * eos
 
-    def decode(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
-        """[ids] -> text, dropping specials; stops at the first <eos> when `stop_at_eos`."""
+    def tokens(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> list[str]:
+        """[ids] -> the tokens they stand for, specials dropped; stops at the first <eos> when `stop_at_eos`."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        chars = []
+        out = []
         for i in ids:
             if i == self.eos_id and stop_at_eos:
                 break
             if i >= len(SPECIALS):
-                chars.append(self.itos[i])
-        return "".join(chars)
+                out.append(self.itos[i])
+        return out
+
+    def decode(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
+        """[ids] -> text, specials dropped; stops at the first <eos> when `stop_at_eos`."""
+        return self.join(self.tokens(ids, stop_at_eos))
 
 
-class WordTokenizer:
-    """One id per word, after the same four specials as CharTokenizer: <pad>=0, <bos>=1, <eos>=2, <unk>=3.
+class CharTokenizer(_Tokenizer):
+    """One id per character, after the four specials: 'abc' -> three ids."""
+
+    _unit = "single character"
+
+    @classmethod
+    def split(cls, text: str) -> list[str]:
+        """'abc' -> ['a', 'b', 'c']."""
+        return list(text)
+
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        return "".join(tokens)
+
+
+class WordTokenizer(_Tokenizer):
+    """One id per word, after the four specials.
 
     Words are split at spaces, and a hyphenated word after its hyphen, which stays on the first
     part: 'twenty-seven thousand' -> ['twenty-', 'seven', 'thousand']. So decode(encode(t)) == t
     for any text of known words separated by single spaces.
     """
 
-    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+    _unit = "single word"
     _WORD = re.compile(r"[^\s-]+-?|-")
-
-    def __init__(self, words: Iterable[str]):
-        vocabulary = sorted(set(words) - set(SPECIALS))
-        for w in vocabulary:
-            if self.split(w) != [w]:
-                raise ValueError(f"WordTokenizer takes single words, got {w!r} (it splits into {self.split(w)})")
-        self.itos: list[str] = list(SPECIALS) + vocabulary
-        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
 
     @classmethod
     def split(cls, text: str) -> list[str]:
         """'twenty-seven thousand' -> ['twenty-', 'seven', 'thousand']."""
         return cls._WORD.findall(text)
 
-    @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> WordTokenizer:
-        """A tokenizer whose vocabulary is every word that occurs in `texts`."""
-        return cls(w for t in texts for w in cls.split(t))
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, specials included."""
-        return len(self.itos)
-
-    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """'twenty-one' -> [ids]; unknown words map to <unk>; optionally wrapped in <bos> ... <eos>."""
-        if not isinstance(text, str):
-            raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        ids = [self.stoi.get(w, self.unk_id) for w in self.split(text)]
-        return [self.bos_id] * bos + ids + [self.eos_id] * eos
-
-    def tokens(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> list[str]:
-        """[ids] -> the words they stand for, specials dropped; stops at the first <eos> when `stop_at_eos`."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        words = []
-        for i in ids:
-            if i == self.eos_id and stop_at_eos:
-                break
-            if i >= len(SPECIALS):
-                words.append(self.itos[i])
-        return words
-
-    def decode(self, ids: Iterable[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
-        """[ids] -> text: words joined by spaces, except straight after a hyphen."""
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        """Words joined by spaces, except straight after a hyphen."""
         text = ""
-        for w in self.tokens(ids, stop_at_eos):
+        for w in tokens:
             text += w if not text or text.endswith("-") else " " + w
         return text
 
@@ -402,7 +399,7 @@ def iterate_batches(
     *tensors: torch.Tensor,
     batch_size: int,
     shuffle: bool = True,
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,
     pad_id: int | None = None,
     forever: bool = False,
 ) -> Iterator[tuple[torch.Tensor, ...]]:
@@ -411,7 +408,7 @@ def iterate_batches(
     if any(t.shape[0] != n for t in tensors):
         raise ValueError(f"all tensors need the same number of rows, got {[t.shape[0] for t in tensors]}")
     while True:
-        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        order = torch.randperm(n, generator=rng) if shuffle else torch.arange(n)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             batch = tuple(t[idx] for t in tensors)
@@ -421,13 +418,13 @@ def iterate_batches(
 
 
 def lm_batches(
-    ids: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+    ids: torch.Tensor, block_size: int, batch_size: int, rng: torch.Generator | None = None
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless random windows of a 1-D id stream: x (B, block_size) and y = x shifted by one."""
     if ids.dim() != 1 or ids.numel() <= block_size:
         raise ValueError(f"need a 1-D id stream longer than block_size={block_size}, got shape {tuple(ids.shape)}")
     while True:
-        starts = torch.randint(0, ids.numel() - block_size, (batch_size,), generator=generator)  # (B,)
+        starts = torch.randint(0, ids.numel() - block_size, (batch_size,), generator=rng)  # (B,)
         offsets = torch.arange(block_size)  # (block_size,)
         x = ids[starts[:, None] + offsets]  # (B, block_size)
         y = ids[starts[:, None] + offsets + 1]  # (B, block_size)

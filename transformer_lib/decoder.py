@@ -6,39 +6,37 @@ import torch
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
-from .layers import AddNorm, FeedForward, LayerNorm
+from .config import TransformerConfig, resolve_config
+from .layers import FeedForward, make_norm
 
 __all__ = ["DecoderLayer", "Decoder"]
 
 
 class DecoderLayer(nn.Module):
-    """One decoder layer: AddNorm(masked self-attn) -> AddNorm(cross-attn) -> AddNorm(feed-forward).
+    """One decoder layer, built from a config: x (B, T, d_model) and memory (B, S, d_model) -> (B, T, d_model).
 
     With ``cross_attention=False`` there is no memory to attend to: that is a GPT-style block.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        eps: float = 1e-5,
-        cross_attention: bool = True,
-    ):
+    def __init__(self, config: TransformerConfig | None = None, cross_attention: bool = True, **overrides):
         super().__init__()
-        self.d_model = d_model
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.self_attn_block = AddNorm(d_model, dropout, norm_first, eps)
-        if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn_block = AddNorm(d_model, dropout, norm_first, eps)
-        else:
-            self.cross_attn = self.cross_attn_block = None
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
-        self.ff_block = AddNorm(d_model, dropout, norm_first, eps)
+        cfg = self.config = resolve_config(config, overrides)
+        self.self_attn = MultiHeadAttention.from_config(cfg)
+        self.norm1 = make_norm(cfg)
+        self.cross_attn = MultiHeadAttention.from_config(cfg) if cross_attention else None
+        self.norm2 = make_norm(cfg) if cross_attention else None
+        self.feed_forward = FeedForward.from_config(cfg)
+        self.norm3 = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
+
+    def _check_memory(self, memory: torch.Tensor | None) -> None:
+        if memory is None:
+            raise ValueError("this decoder layer has cross-attention, so it needs the encoder's memory")
+        if memory.dim() != 3 or memory.shape[-1] != self.config.d_model:
+            raise ValueError(
+                f"memory must have shape (B, S, d_model={self.config.d_model}) to match the decoder, "
+                f"got shape {tuple(memory.shape)}"
+            )
 
     def forward(
         self,
@@ -53,43 +51,30 @@ class DecoderLayer(nn.Module):
         tgt_mask broadcastable to (B, h, T, T) and memory_mask to (B, h, T, S); bool, True = may attend.
         cache: the self-attention's KVCache for incremental decoding.
         """
-        x = self.self_attn_block(x, lambda y: self.self_attn(y, y, y, tgt_mask, cache=cache)[0])
         if self.cross_attn is not None:
-            if memory is None:
-                raise ValueError("this decoder layer has cross-attention, so it needs the encoder's memory")
-            if memory.dim() != 3 or memory.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"memory must have shape (B, S, d_model={self.d_model}) to match the decoder, "
-                    f"got shape {tuple(memory.shape)}"
-                )
-            x = self.cross_attn_block(x, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
-        return self.ff_block(x, self.feed_forward)
+            self._check_memory(memory)
+        if self.config.norm_first:  # pre-LN: x + sublayer(norm(x))
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0])
+            if self.cross_attn is not None:
+                x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, memory_mask)[0])
+            x = x + self.dropout(self.feed_forward(self.norm3(x)))
+        else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask, cache=cache)[0]))
+            if self.cross_attn is not None:
+                x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, memory_mask)[0]))
+            x = self.norm3(x + self.dropout(self.feed_forward(x)))
+        return x
 
 
 class Decoder(nn.Module):
-    """A stack of num_layers decoder layers, with a final LayerNorm when `final_norm`."""
+    """config.num_decoder_layers decoder layers, then a final norm when config.final_norm."""
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        eps: float = 1e-5,
-        final_norm: bool | None = None,
-        cross_attention: bool = True,
-    ):
+    def __init__(self, config: TransformerConfig | None = None, cross_attention: bool = True, **overrides):
         super().__init__()
-        self.d_model = d_model
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation, eps, cross_attention)
-            for _ in range(num_layers)
-        )
-        use_norm = norm_first if final_norm is None else final_norm
-        self.norm = LayerNorm(d_model, eps) if use_norm else None
+        cfg = self.config = resolve_config(config, overrides)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, cross_attention) for _ in range(cfg.num_decoder_layers))
+        self.norm = make_norm(cfg) if cfg.final_norm else None
 
     def forward(
         self,

@@ -1,4 +1,4 @@
-"""The encoder layer (self-attention + feed-forward, each wrapped in add & norm) and the stack."""
+"""The encoder layer (self-attention, then feed-forward, each with a residual and a norm) and the stack."""
 
 from __future__ import annotations
 
@@ -6,59 +6,48 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .layers import AddNorm, FeedForward, LayerNorm
+from .config import TransformerConfig, resolve_config
+from .layers import FeedForward, make_norm
 
 __all__ = ["EncoderLayer", "Encoder"]
 
 
 class EncoderLayer(nn.Module):
-    """One encoder layer: x -> AddNorm(self-attention) -> AddNorm(feed-forward); (B, S, d_model) -> same."""
+    """One encoder layer, built from a config: (B, S, d_model) -> (B, S, d_model).
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        eps: float = 1e-5,
-    ):
+    ``EncoderLayer(config)``, or keyword fields for a layer built by hand:
+    ``EncoderLayer(d_model=32, num_heads=4, d_ff=64, dropout=0.0)``.
+    """
+
+    def __init__(self, config: TransformerConfig | None = None, **overrides):
         super().__init__()
-        self.d_model = d_model
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.attn_block = AddNorm(d_model, dropout, norm_first, eps)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
-        self.ff_block = AddNorm(d_model, dropout, norm_first, eps)
+        cfg = self.config = resolve_config(config, overrides)
+        self.self_attn = MultiHeadAttention.from_config(cfg)
+        self.norm1 = make_norm(cfg)
+        self.feed_forward = FeedForward.from_config(cfg)
+        self.norm2 = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, S, d_model), mask bool (True = may attend) broadcastable to (B, h, S, S) -> (B, S, d_model)."""
-        x = self.attn_block(x, lambda y: self.self_attn(y, y, y, mask)[0])
-        return self.ff_block(x, self.feed_forward)
+        if self.config.norm_first:  # pre-LN: x + sublayer(norm(x)); the residual path is never normalised
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            x = x + self.dropout(self.feed_forward(self.norm2(x)))
+        else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+            x = self.norm2(x + self.dropout(self.feed_forward(x)))
+        return x
 
 
 class Encoder(nn.Module):
-    """A stack of num_layers encoder layers, with a final LayerNorm when `final_norm` (pre-LN needs one)."""
+    """config.num_layers encoder layers, then a final norm when config.final_norm (pre-LN needs one)."""
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        eps: float = 1e-5,
-        final_norm: bool | None = None,
-    ):
+    def __init__(self, config: TransformerConfig | None = None, **overrides):
         super().__init__()
-        self.d_model = d_model
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation, eps) for _ in range(num_layers)
-        )
-        use_norm = norm_first if final_norm is None else final_norm
-        self.norm = LayerNorm(d_model, eps) if use_norm else None
+        cfg = self.config = resolve_config(config, overrides)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = make_norm(cfg) if cfg.final_norm else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, S, d_model), mask broadcastable to (B, h, S, S), True = may attend -> (B, S, d_model)."""

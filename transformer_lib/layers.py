@@ -1,4 +1,8 @@
-"""The position-wise feed-forward block, a from-scratch LayerNorm and the residual "add & norm"."""
+"""The position-wise feed-forward block and a from-scratch LayerNorm.
+
+The residual wiring around them ("add & norm", pre-LN or post-LN) is written out in each layer's
+``forward`` (encoder.py, decoder.py), where a reader can follow it line by line.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FeedForward", "LayerNorm", "AddNorm", "get_activation"]
+from .config import TransformerConfig
+
+__all__ = ["FeedForward", "LayerNorm", "make_norm"]
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
-
-
-def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activation function called `name` ("relu" or "gelu")."""
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
-    return _ACTIVATIONS[name]
 
 
 class FeedForward(nn.Module):
@@ -25,11 +24,18 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.activation_name = activation
-        self.activation = get_activation(activation)
+        self.activation = _ACTIVATIONS[activation]
         self.linear1 = nn.Linear(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> FeedForward:
+        """The feed-forward block a layer built from `config` uses."""
+        return cls(config.d_model, config.d_ff, config.dropout, config.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., d_model), through a hidden layer of width d_ff."""
@@ -58,21 +64,6 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
-class AddNorm(nn.Module):
-    """The residual wiring around one sublayer, post-LN or pre-LN.
-
-    post-LN (2017 paper):  norm(x + dropout(sublayer(x)))
-    pre-LN  (GPT-2 on):    x + dropout(sublayer(norm(x)))
-    """
-
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5):
-        super().__init__()
-        self.norm_first = norm_first
-        self.norm = LayerNorm(d_model, eps)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """(B, S, d_model) -> (B, S, d_model); `sublayer` maps (B, S, d_model) to the same shape."""
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+def make_norm(config: TransformerConfig) -> nn.Module:
+    """The normalisation layer every layer and stack built from `config` uses: (..., d_model) -> same."""
+    return LayerNorm(config.d_model, config.eps)

@@ -21,27 +21,20 @@ def _positional(cfg: TransformerConfig) -> nn.Module:
     return kind(cfg.d_model, cfg.max_len, cfg.dropout)
 
 
-def _stack_kwargs(cfg: TransformerConfig) -> dict:
-    """The constructor arguments an Encoder and a Decoder share, read off the config."""
-    return dict(
-        d_model=cfg.d_model, num_heads=cfg.num_heads, d_ff=cfg.d_ff, dropout=cfg.dropout, norm_first=cfg.norm_first,
-        activation=cfg.activation, eps=cfg.layer_norm_eps, final_norm=cfg.use_final_norm,
-    )  # fmt: skip
-
-
-def _encoder(cfg: TransformerConfig) -> Encoder:
-    return Encoder(cfg.num_layers, **_stack_kwargs(cfg))
-
-
-def _decoder(cfg: TransformerConfig, cross_attention: bool = True) -> Decoder:
-    return Decoder(cfg.decoder_layers, cross_attention=cross_attention, **_stack_kwargs(cfg))
-
-
 def _init_weights(model: nn.Module) -> None:
-    """Xavier-uniform for every matrix, as nn.Transformer does; keep LayerNorm at 1 and 0."""
-    for name, p in model.named_parameters():
-        if p.dim() > 1 and "pos" not in name:
-            nn.init.xavier_uniform_(p)
+    """Xavier-uniform for every linear layer and token table, as nn.Transformer does for its matrices.
+
+    The padding row of a token table stays zero; norms stay at 1 and 0; a learned positional
+    table keeps its own N(0, 0.02) start.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+        elif isinstance(module, TokenEmbedding):
+            nn.init.xavier_uniform_(module.table.weight)
+            if module.table.padding_idx is not None:
+                with torch.no_grad():
+                    module.table.weight[module.table.padding_idx].zero_()
 
 
 def _check_2d(tokens: torch.Tensor, name: str) -> None:
@@ -50,7 +43,9 @@ def _check_2d(tokens: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} must be a (B, S) tensor of token ids, got {shape}")
 
 
-def _sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+def _sample_next(
+    logits: torch.Tensor, temperature: float, top_k: int | None, rng: torch.Generator | None
+) -> torch.Tensor:
     """(B, V) logits of the last position -> (B, 1) next ids: argmax if temperature == 0, else sampled."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -63,7 +58,7 @@ def _sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, ge
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+    return torch.multinomial(probs, 1, generator=rng)  # (B, 1)
 
 
 class Transformer(nn.Module):
@@ -77,15 +72,15 @@ class Transformer(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.pad_id = cfg.pad_id
         self.src_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
-        self.tgt_embed = TokenEmbedding(cfg.target_vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
         self.src_pos = _positional(cfg)
         self.tgt_pos = _positional(cfg)  # added to the decoder's own input embeddings
-        self.encoder = _encoder(cfg)
-        self.decoder = _decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size)  # d_model -> logits
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.head = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)  # d_model -> logits over the target vocabulary
         _init_weights(self)
         if cfg.tie_embeddings:
-            self.generator.weight = self.tgt_embed.table.weight
+            self.head.weight = self.tgt_embed.table.weight
 
     def make_src_mask(self, src: torch.Tensor) -> torch.Tensor:
         """(B, S) -> (B, 1, 1, S): keys that are not padding (True = may attend)."""
@@ -124,7 +119,7 @@ class Transformer(nn.Module):
         # (one new token with a cache needs no mask: it may see every earlier position and itself)
         x = self.tgt_pos(self.tgt_embed(tgt), offset=past)  # (B, T, d_model)
         x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # (B, T, d_model)
-        return self.generator(x)  # (B, T, V_tgt)
+        return self.head(x)  # (B, T, V_tgt)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src (B, S), tgt (B, T) (starting with BOS) -> logits (B, T, V_tgt)."""
@@ -181,7 +176,7 @@ class EncoderOnlyModel(nn.Module):
         self.pooling = pooling
         self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
         self.pos = _positional(cfg)
-        self.encoder = _encoder(cfg)
+        self.encoder = Encoder(cfg)
         self.head = nn.Linear(cfg.d_model, num_outputs)
         _init_weights(self)
 
@@ -235,11 +230,11 @@ class DecoderOnlyLM(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding)
         self.pos = _positional(cfg)
-        self.decoder = _decoder(cfg, cross_attention=False)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.decoder = Decoder(cfg, cross_attention=False)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size)  # d_model -> logits over the vocabulary
         _init_weights(self)
         if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.table.weight
+            self.head.weight = self.embed.table.weight
 
     def new_cache(self) -> list[KVCache]:
         """One empty KVCache per layer."""
@@ -253,7 +248,7 @@ class DecoderOnlyLM(nn.Module):
         mask = causal_mask(past + T, device=tokens.device)[past:]  # (T, past + T): rows of the new positions
         x = self.pos(self.embed(tokens), offset=past)  # (B, T, d_model)
         x = self.decoder(x, tgt_mask=mask, caches=caches)  # (B, T, d_model)
-        return self.lm_head(x)  # (B, T, V)
+        return self.head(x)  # (B, T, V)
 
     @torch.no_grad()
     def generate(
@@ -263,11 +258,12 @@ class DecoderOnlyLM(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         use_cache: bool = True,
-        generator: torch.Generator | None = None,
+        rng: torch.Generator | None = None,
     ) -> torch.Tensor:
         """prompt (B, T0) -> (B, T0 + max_new_tokens). temperature=0 is greedy; top_k keeps the k likeliest.
 
-        With use_cache, earlier keys and values are kept, so each step feeds one token.
+        With use_cache, earlier keys and values are kept, so each step feeds one token. rng: a
+        torch.Generator on the model's device, for samples that repeat.
         """
         _check_2d(prompt, "prompt")
         check_token_ids(prompt, self.config.vocab_size, "prompt")
@@ -282,7 +278,7 @@ class DecoderOnlyLM(nn.Module):
         step_input = prompt
         for _ in range(max_new_tokens):
             logits = self(step_input if use_cache else out, caches)[:, -1]  # (B, V)
-            next_id = _sample_next(logits, temperature, top_k, generator)  # (B, 1)
+            next_id = _sample_next(logits, temperature, top_k, rng)  # (B, 1)
             out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
             step_input = next_id
         return out

@@ -1,4 +1,4 @@
-"""A plain training loop with a progress bar, the losses, evaluation and greedy decoding."""
+"""A plain training loop with a progress bar, the losses, and evaluation."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ __all__ = [
     "seq2seq_loss",
     "lm_loss",
     "classification_loss",
-    "greedy_decode",
     "exact_match",
     "classification_accuracy",
     "lm_eval_loss",
@@ -148,12 +147,6 @@ def fit(
     model.eval()
     history.seconds = time.perf_counter() - start
     return history
-
-
-@torch.no_grad()
-def greedy_decode(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
-    """Greedy decoding with an encoder-decoder model: src (B, S) -> (B, 1 + n) ids starting with BOS."""
-    return model.greedy_decode(src, bos_id, eos_id, max_new_tokens)
 
 
 def _strip(ids: list[int], eos_id: int, pad_id: int) -> list[int]:

@@ -22,7 +22,7 @@ def _train_seq2seq(pairs, src_tok, tgt_tok, steps, lr=3e-3, warmup=100):
     src, tgt = data.encode_pairs(train, src_tok, tgt_tok)
     model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
                            num_heads=4, num_layers=2, d_ff=256, dropout=0.0, max_len=64)  # fmt: skip
-    batches = data.iterate_batches(src, tgt, batch_size=64, generator=g, pad_id=src_tok.pad_id, forever=True)
+    batches = data.iterate_batches(src, tgt, batch_size=64, rng=g, pad_id=src_tok.pad_id, forever=True)
     hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=lr, warmup=warmup, progress=False)
     test_src, test_tgt = data.encode_pairs(test[:1000], src_tok, tgt_tok)
     acc = training.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
@@ -54,7 +54,7 @@ def test_language_model_beats_bigram_by_15_percent():
     train_ids, val_ids = ids[:n], ids[n:]
     lm = tl.DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=256,
                           dropout=0.0, max_len=128, norm_first=True)  # fmt: skip
-    hist = training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, generator=g), steps=300, lr=3e-3,
+    hist = training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, rng=g), steps=300, lr=3e-3,
                         progress=False)  # fmt: skip
     model_loss = training.lm_eval_loss(lm, val_ids, 64)
     bigram = training.bigram_loss(train_ids, val_ids, tok.vocab_size)
@@ -86,7 +86,7 @@ def test_fit_records_history_and_evaluations():
     x = torch.randint(1, 5, (64, 6))
     y = (x[:, 0] > 2).long()
     model = tl.EncoderClassifier(vocab_size=5, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
-    batches = data.iterate_batches(x, y, batch_size=16, generator=g, forever=True)
+    batches = data.iterate_batches(x, y, batch_size=16, rng=g, forever=True)
     accuracy = lambda m: {"acc": training.classification_accuracy(m, x, y)}
     hist = training.fit(model, training.classification_loss, batches, steps=30, warmup=5, eval_every=10,
                         eval_fn=accuracy, progress=False)  # fmt: skip

@@ -86,7 +86,7 @@ def test_encode_labelled_with_and_without_bos():
 
 def test_lm_batches_are_shifted_by_one():
     ids = torch.arange(100)
-    x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0)))
+    x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, rng=torch.Generator().manual_seed(0)))
     assert x.shape == y.shape == (4, 8)
     assert torch.equal(y, x + 1)
 

@@ -66,7 +66,7 @@ def test_key_and_value_of_different_lengths():
 
 
 def test_d_model_mismatch_between_encoder_output_and_decoder():
-    dec = tl.Decoder(1, d_model=16, num_heads=2, d_ff=32)
+    dec = tl.Decoder(num_layers=1, d_model=16, num_heads=2, d_ff=32)
     with pytest.raises(ValueError, match=r"memory must have shape \(B, S, d_model=16\).*got shape \(2, 5, 12\)"):
         dec(torch.randn(2, 3, 16), torch.randn(2, 5, 12))
 

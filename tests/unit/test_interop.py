@@ -139,14 +139,14 @@ def test_stacks_match_torch_encoder_and_decoder():
 
 def test_mismatched_norm_first_is_refused():
     theirs = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
-    ours = tl.EncoderLayer(16, 2, 32, norm_first=False)
+    ours = tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, norm_first=False)
     with pytest.raises(ValueError, match="norm_first differs"):
         load_from_torch(ours, theirs)
 
 
 def test_unsupported_pair_is_a_type_error():
     with pytest.raises(TypeError, match="cannot load EncoderLayer from MultiheadAttention"):
-        load_from_torch(tl.EncoderLayer(8, 2, 16), nn.MultiheadAttention(8, 2))
+        load_from_torch(tl.EncoderLayer(d_model=8, num_heads=2, d_ff=16), nn.MultiheadAttention(8, 2))
 
 
 def test_transformer_without_final_norm_cannot_become_nn_transformer():

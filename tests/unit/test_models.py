@@ -60,9 +60,9 @@ def test_kv_cache_gives_the_same_tokens_and_logits(norm_first, positional):
     greedy_cached = lm.generate(prompt, 30, temperature=0.0, use_cache=True)
     greedy_plain = lm.generate(prompt, 30, temperature=0.0, use_cache=False)
     assert torch.equal(greedy_cached, greedy_plain)
-    sampled_cached = lm.generate(prompt, 30, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(0))
+    sampled_cached = lm.generate(prompt, 30, temperature=1.0, top_k=5, rng=torch.Generator().manual_seed(0))
     sampled_plain = lm.generate(prompt, 30, temperature=1.0, top_k=5, use_cache=False,
-                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+                                rng=torch.Generator().manual_seed(0))  # fmt: skip
     assert torch.equal(sampled_cached, sampled_plain)
     # logits of the last step, computed incrementally and all at once
     caches = lm.new_cache()
@@ -86,8 +86,8 @@ def test_generate_past_max_len_is_a_clear_error():
 def test_greedy_decode_stops_after_eos_and_pads():
     model = tl.Transformer(vocab_size=10, **SMALL).eval()
     with torch.no_grad():
-        model.generator.bias.fill_(0)
-        model.generator.bias[2] = 100.0  # always predict EOS (id 2)
+        model.head.bias.fill_(0)
+        model.head.bias[2] = 100.0  # always predict EOS (id 2)
     out = model.greedy_decode(torch.randint(1, 10, (3, 4)), bos_id=1, eos_id=2, max_new_tokens=5)
     assert out.tolist() == [[1, 2]] * 3
 
@@ -96,7 +96,7 @@ def test_greedy_decode_stops_after_eos_and_pads():
 def test_norm_first_changes_the_wiring_and_final_norm(norm_first):
     model = tl.Transformer(vocab_size=10, norm_first=norm_first, **SMALL)
     assert (model.encoder.norm is not None) == norm_first
-    assert model.encoder.layers[0].attn_block.norm_first == norm_first
+    assert model.encoder.layers[0].config.norm_first == norm_first
 
 
 def test_scale_embedding_multiplies_by_sqrt_d_model():
@@ -116,7 +116,7 @@ def test_embedding_equals_one_hot_times_table():
 
 def test_tied_embeddings_share_storage():
     lm = tl.DecoderOnlyLM(vocab_size=9, tie_embeddings=True, **SMALL)
-    assert lm.lm_head.weight is lm.embed.table.weight
+    assert lm.head.weight is lm.embed.table.weight
 
 
 def test_models_run_with_odd_sizes_and_batch_of_one():

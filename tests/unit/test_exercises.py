@@ -11,6 +11,7 @@ from torch import nn
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
+from transformer_lib.exercises.ch02_positional_encoding import _doubled_exponent
 
 
 def _attention(q, k, v, scale=True, axis=-1):
@@ -29,13 +30,13 @@ def _encoding(max_len, d, swap=False):
     return torch.stack([pe[:, 1::2], pe[:, 0::2]], -1).reshape(max_len, d) if swap else pe
 
 
-def _sample(logits, temperature, top_k, generator, divide=True):
+def _sample(logits, temperature, top_k, rng, divide=True):
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits / temperature if divide else logits
     if top_k is not None:
         logits = logits.masked_fill(logits < logits.topk(top_k, -1).values[:, -1:], float("-inf"))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+    return torch.multinomial(logits.softmax(-1), 1, generator=rng)
 
 
 def _windows(ids, starts, n, shift=1):
@@ -79,7 +80,7 @@ CASES = {
         (lambda s, p: _pad(s, p, left=True), "on the left"), (lambda s, p: _pad(s, 0), "Use pad_id"),
         (lambda s, p: _pad(s, p).float(), "torch.long")]),
     "encoding": (ex.check_encoding, _encoding, [
-        (lambda m, d: _encoding(m, d, swap=True), "swapped"), (ex._doubled_exponent, "exponent is doubled"),
+        (lambda m, d: _encoding(m, d, swap=True), "swapped"), (_doubled_exponent, "exponent is doubled"),
         (lambda m, d: _encoding(m, d)[:, :-1], "Expected shape")]),
     "self_similarity": (ex.check_self_similarity, lambda d: d / 2, [
         (lambda d: float(d), "count pairs"), (lambda d: 1.0, "one pair")]),

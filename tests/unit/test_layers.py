@@ -1,0 +1,66 @@
+import pytest
+import torch
+from torch import nn
+
+import transformer_lib as tl
+
+
+@pytest.mark.parametrize("d_model", [1, 7, 64])
+def test_layer_norm_matches_torch(d_model):
+    ours, ref = tl.LayerNorm(d_model), nn.LayerNorm(d_model)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+        ours.weight.copy_(ref.weight)
+        ours.bias.copy_(ref.bias)
+    x = torch.randn(3, 5, d_model) * 4 + 2
+    assert torch.allclose(ours(x), ref(x), atol=1e-5)
+    # and the closed form the chapter builds by hand: biased variance, eps inside the root, per-feature affine
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    by_hand = (x - mean) / torch.sqrt(var + ours.eps) * ours.weight + ours.bias
+    assert torch.allclose(ours(x), by_hand, atol=1e-5)
+
+
+def test_layer_norm_has_one_gain_and_bias_per_feature():
+    ln = tl.LayerNorm(10)
+    assert ln.weight.shape == (10,) and ln.bias.shape == (10,)
+
+
+def test_feed_forward_acts_on_each_position_independently():
+    ff = tl.FeedForward(8, 32)
+    x = torch.randn(2, 6, 8)
+    full = ff(x)
+    for t in range(6):
+        assert torch.allclose(full[:, t], ff(x[:, t]), atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_residual_wiring_is_pre_or_post_ln(norm_first):
+    layer = tl.EncoderLayer(d_model=8, num_heads=2, d_ff=16, dropout=0.0, norm_first=norm_first).eval()
+    x = torch.randn(2, 5, 8)
+    attn = lambda y: layer.self_attn(y, y, y)[0]
+    if norm_first:  # x + sublayer(norm(x))
+        z = x + attn(layer.norm1(x))
+        want = z + layer.feed_forward(layer.norm2(z))
+    else:  # norm(x + sublayer(x))
+        z = layer.norm1(x + attn(x))
+        want = layer.norm2(z + layer.feed_forward(z))
+    assert torch.allclose(layer(x), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_residual_wiring_is_pre_or_post_ln(norm_first):
+    layer = tl.DecoderLayer(d_model=8, num_heads=2, d_ff=16, dropout=0.0, norm_first=norm_first).eval()
+    x, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    self_attn = lambda y: layer.self_attn(y, y, y)[0]
+    cross = lambda y: layer.cross_attn(y, memory, memory)[0]
+    if norm_first:
+        z = x + self_attn(layer.norm1(x))
+        z = z + cross(layer.norm2(z))
+        want = z + layer.feed_forward(layer.norm3(z))
+    else:
+        z = layer.norm1(x + self_attn(x))
+        z = layer.norm2(z + cross(z))
+        want = layer.norm3(z + layer.feed_forward(z))
+    assert torch.allclose(layer(x, memory), want, atol=1e-6)

@@ -1,0 +1,30 @@
+"""Checkers for the chapters' exercises, one module per chapter: each runs the learner's answer on inputs of its own.
+
+A checker returns "Correct!" or a hint that names what is wrong (a shape, the mask convention, a
+forgotten scaling, a failing input). An answer that is still the stub (returns None) gets
+"Not answered yet". In the student edition the stubs raise `NotYetDone` instead, and the checker
+lets that friendly error through. Course material, not model code: nothing in the package imports it.
+"""
+
+from ._common import CORRECT, NotYetDone
+from .ch00_template import check_allowed_count, check_cached_rows, check_future_mask
+from .ch01_token_embedding import check_embed, check_embedding_parameters, check_pad
+from .ch02_positional_encoding import check_encoding, check_self_similarity, check_wavelength
+from .ch03_attention import check_attention, check_score_std, check_split
+from .ch04_masks import check_masks_needed, check_padding_mask, check_target_mask
+from .ch05_feed_forward_and_norm import check_batch_norm_mean, check_layer_norm, check_pre_ln
+from .ch06_encoder import check_first_pool, check_mean_pool, check_pre_ln_layer
+from .ch07_decoder import check_kv_cache_bytes, check_sample, check_windows
+from .ch08_transformer import check_greedy, check_loss_positions, check_shift
+
+__all__ = ["CORRECT", "NotYetDone",
+    "check_future_mask", "check_allowed_count", "check_cached_rows",
+    "check_embed", "check_embedding_parameters", "check_pad",
+    "check_encoding", "check_self_similarity", "check_wavelength",
+    "check_attention", "check_split", "check_score_std",
+    "check_padding_mask", "check_target_mask", "check_masks_needed",
+    "check_layer_norm", "check_pre_ln", "check_batch_norm_mean",
+    "check_mean_pool", "check_pre_ln_layer", "check_first_pool",
+    "check_sample", "check_windows", "check_kv_cache_bytes",
+    "check_shift", "check_greedy", "check_loss_positions",
+]  # fmt: skip
