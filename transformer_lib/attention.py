@@ -103,9 +103,11 @@ def fused_attention(
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     _check_mask(mask, (*q.shape[:-1], k.shape[-2]))
-    # F.scaled_dot_product_attention uses the same bool convention (True = take part).
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): False on fully masked rows
+    # A fully masked row may see every key inside the kernel, so its numbers (and gradients) stay
+    # finite on every torch version; its output is zeroed below. F.scaled_dot_product_attention
+    # uses the same bool convention (True = take part).
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_key, dropout_p=dropout_p)
     return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
 
 
