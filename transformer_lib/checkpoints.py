@@ -20,7 +20,6 @@ from .config import TransformerConfig
 from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, split_data
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
 from .training import History, classification_accuracy, classification_loss, fit
-from .utils import set_seed
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -72,9 +71,11 @@ def bracket_classifier_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor
 def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
     """Chapter 06's classifier: 3 pre-LN layers, d_model 64, 8 heads, 1500 AdamW steps of 64 strings."""
     tok, x_train, y_train, x_test, y_test = bracket_classifier_data()
-    rng = set_seed(0)
-    model = EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=64, num_heads=8, num_layers=3,
-                              d_ff=128, dropout=0.0, max_len=64, norm_first=True)  # fmt: skip
+    with torch.random.fork_rng():  # seeded weights, and the caller's global generator left as it was
+        torch.manual_seed(0)
+        model = EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=64, num_heads=8, num_layers=3,
+                                  d_ff=128, dropout=0.0, max_len=64, norm_first=True)  # fmt: skip
+    rng = torch.Generator().manual_seed(0)  # the order of the batches
     batches = iterate_batches(x_train, y_train, batch_size=64, rng=rng, pad_id=tok.pad_id, forever=True)
     held_out = lambda m: {"test accuracy": classification_accuracy(m, x_test, y_test)}
     total = 1500

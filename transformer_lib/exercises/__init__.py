@@ -3,7 +3,7 @@
 A checker returns "Correct!" or a hint that names what is wrong (a shape, the mask convention, a
 forgotten scaling, a failing input). An answer that is still the stub (returns None) gets
 "Not answered yet". In the student edition the stubs raise `NotYetDone` instead, and the checker
-lets that friendly error through. Course material, not model code: nothing in the package imports it.
+lets that friendly error through. Course material, not model code: no model or layer imports it.
 """
 
 from ._common import CORRECT, NotYetDone
