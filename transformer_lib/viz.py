@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.patches import Circle, FancyBboxPatch, Patch
 from torch import nn
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "plot_mask",
     "plot_architecture",
     "plot_training_curves",
+    "plot_residual_wiring",
+    "plot_kv_cache",
     "pe_explorer",
     "attention_explorer",
     "SliderFigure",
@@ -296,6 +299,72 @@ def plot_training_curves(history, ax=None, smooth: int = 20, metric: str | None 
         ax2.set_ylabel(metric)
         ax2.legend(loc="center right", fontsize="small")
     ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+_ARROW = dict(arrowstyle="-|>", color="#333333", linewidth=1.2)
+
+
+def plot_residual_wiring(norm_first: bool, ax=None) -> Figure:
+    """One sublayer's residual wiring as a diagram: pre-LN (norm_first=True) or post-LN (the 2017 paper).
+
+    The residual path (input to output around the sublayer) is green where it is a pure identity
+    and red where a LayerNorm sits on it.
+    """
+    fig, ax = _axes(ax, (5.6, 2.3))
+    steps = ["LayerNorm", "Sublayer", "+"] if norm_first else ["Sublayer", "+", "LayerNorm"]
+    xs = [1.7, 3.3, 4.9]  # box centres, left to right
+    plus = xs[steps.index("+")]
+    ax.text(0.2, 0, "x", ha="center", va="center", fontsize=12)
+    ax.text(6.4, 0, "out", ha="center", va="center", fontsize=11)
+    for x, step in zip(xs, steps):
+        if step == "+":
+            ax.add_patch(Circle((x, 0), 0.22, facecolor="white", edgecolor="#333333", linewidth=1.2))
+            ax.text(x, 0, "+", ha="center", va="center", fontsize=13)
+        else:
+            on_path = step == "LayerNorm" and not norm_first  # post-LN: the norm sits on the residual path
+            face = "#fde0dd" if on_path else "#e8eef7"
+            box = FancyBboxPatch(
+                (x - 0.6, -0.25), 1.2, 0.5, boxstyle="round,pad=0.02", facecolor=face, edgecolor="#555"
+            )
+            ax.add_patch(box)
+            ax.text(x, 0, step, ha="center", va="center", fontsize=9)
+    edges = [0.4, *xs, 6.05]
+    for (a, b), left_step in zip(zip(edges[:-1], edges[1:]), [None, *steps]):
+        start = a if left_step is None else a + (0.22 if left_step == "+" else 0.6)
+        end = b - (0.22 if b == plus else 0.6) if b != edges[-1] else b
+        ax.annotate("", xy=(end, 0), xytext=(start, 0), arrowprops=_ARROW)
+    ok, bad = "#31a354", "#de2d26"
+    ax.plot([0.4, 0.4, plus, plus], [0.1, 0.85, 0.85, 0.3], color=ok, linewidth=2)  # the skip connection
+    ax.annotate("", xy=(plus, 0.23), xytext=(plus, 0.32), arrowprops=dict(_ARROW, color=ok))
+    ax.plot([plus + 0.25, 6.05], [-0.55, -0.55], color=ok if norm_first else bad, linewidth=2)
+    ax.text((plus + 6.05) / 2, -0.75, "identity from x to out" if norm_first else "passes a LayerNorm",
+            ha="center", va="top", fontsize=8, color=ok if norm_first else bad)  # fmt: skip
+    title = "pre-LN: x + Sublayer(LN(x))" if norm_first else "post-LN: LN(x + Sublayer(x))"
+    ax.set_title(title, fontsize=10)
+    ax.set(xlim=(-0.1, 6.8), ylim=(-1.1, 1.15))
+    ax.axis("off")
+    return fig
+
+
+def plot_kv_cache(length: int, ax=None) -> Figure:
+    """Generation with a KV cache, step by step: which keys and values are new, read back, or not there yet.
+
+    Row t is decoding step t (T = length steps), column j is position j: at step t position t is
+    projected for the first time and positions 0..t-1 are read from the cache.
+    """
+    if length < 1:
+        raise ValueError(f"length must be at least 1, got {length}")
+    fig, ax = _axes(ax, (4.2, 3.6))
+    steps = torch.arange(length)[:, None]  # (T, 1)
+    positions = torch.arange(length)[None, :]  # (1, T)
+    grid = (positions < steps).float() + 2 * (positions == steps).float()  # (T, T): 0 empty, 1 cached, 2 new
+    ax.imshow(grid.numpy(), cmap=ListedColormap(["#f2f2f2", "#9ecae1", "#e6550d"]), vmin=0, vmax=2)
+    ax.set(xlabel="position of the key and value", ylabel="decoding step")
+    ax.set_xticks(range(length))
+    ax.set_yticks(range(length))
+    keys = [Patch(color="#e6550d", label="computed at this step"), Patch(color="#9ecae1", label="read from the cache")]
+    ax.legend(handles=keys, loc="upper right", fontsize="small", framealpha=0.9)
     return fig
 
 

@@ -93,3 +93,26 @@ def test_slider_figure_renders_frames_and_enforces_budgets():
         viz.slider_figure(_draw_pe_row, range(2), size_budget=1000, figsize=(3, 2), dpi=50)
     with pytest.raises(ValueError, match="at least one value"):
         viz.slider_figure(_draw_pe_row, [])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_wiring_diagram_puts_the_norm_where_the_wiring_does(norm_first):
+    fig = viz.plot_residual_wiring(norm_first)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    boxes = [t for t in texts if t in ("LayerNorm", "Sublayer", "+")]
+    assert boxes == (["LayerNorm", "Sublayer", "+"] if norm_first else ["Sublayer", "+", "LayerNorm"])
+    assert ax.get_title().startswith("pre-LN" if norm_first else "post-LN")
+    assert ("identity from x to out" in texts) == norm_first
+    f2, ax2 = plt.subplots()
+    assert viz.plot_residual_wiring(norm_first, ax=ax2) is f2
+
+
+def test_kv_cache_picture_marks_one_new_position_per_step_and_the_rest_cached():
+    fig = viz.plot_kv_cache(5)
+    grid = torch.as_tensor(fig.axes[0].images[0].get_array())  # (steps, positions)
+    assert grid.shape == (5, 5)
+    for t in range(5):
+        assert grid[t, t] == 2 and torch.all(grid[t, :t] == 1) and torch.all(grid[t, t + 1 :] == 0)
+    with pytest.raises(ValueError, match="at least 1"):
+        viz.plot_kv_cache(0)
