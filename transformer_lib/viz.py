@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Circle, FancyBboxPatch, Patch
+from matplotlib.patches import Circle, FancyBboxPatch, Patch, Rectangle
 from torch import nn
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "plot_architecture",
     "plot_training_curves",
     "plot_residual_wiring",
+    "plot_head_split",
     "plot_kv_cache",
     "pe_explorer",
     "attention_explorer",
@@ -343,6 +344,39 @@ def plot_residual_wiring(norm_first: bool, ax=None) -> Figure:
     title = "pre-LN: x + Sublayer(LN(x))" if norm_first else "post-LN: LN(x + Sublayer(x))"
     ax.set_title(title, fontsize=10)
     ax.set(xlim=(-0.1, 6.8), ylim=(-1.1, 1.15))
+    ax.axis("off")
+    return fig
+
+
+def plot_head_split(d_model: int, num_heads: int, ax=None) -> Figure:
+    """How multi-head attention cuts one d_model vector into num_heads pieces of d_k and joins them again.
+
+    Top: a projected vector, its features coloured by the head they go to. Middle: the heads,
+    each attending on its own d_k features. Bottom: the outputs concatenated back to d_model,
+    ready for W_O. This is the view(B, T, h, d_k) and transpose of `MultiHeadAttention`.
+    """
+    if num_heads < 1 or d_model % num_heads != 0:
+        raise ValueError(f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}")
+    d_k = d_model // num_heads
+    fig, ax = _axes(ax, (7.5, 3.4))
+    colors = plt.get_cmap("tab10")
+    gap = 1.0  # space between heads in the middle row, in cells
+    middle = [j + (j // d_k) * gap for j in range(d_model)]  # x of feature j when the heads stand apart
+    shift = (middle[-1] - (d_model - 1)) / 2  # centre the top and bottom rows over the middle one
+    for j in range(d_model):
+        color = colors((j // d_k) % 10)
+        for x, y in ((j + shift, 2.0), (middle[j], 1.0), (j + shift, 0.0)):
+            ax.add_patch(Rectangle((x, y), 0.9, 0.5, facecolor=color, edgecolor="white"))
+    for head in range(num_heads):
+        centre = (middle[head * d_k] + middle[head * d_k + d_k - 1] + 0.9) / 2
+        ax.text(centre, 1.25, f"head {head}", ha="center", va="center", fontsize=8, color="white", weight="bold")
+        ax.annotate("", xy=(centre, 1.55), xytext=(shift + head * d_k + d_k / 2, 1.95), arrowprops=_ARROW)
+        ax.annotate("", xy=(shift + head * d_k + d_k / 2, 0.55), xytext=(centre, 0.95), arrowprops=_ARROW)
+    right = middle[-1] + 1.3
+    ax.text(right, 2.25, f"one vector, d_model = {d_model}", va="center", fontsize=9)
+    ax.text(right, 1.25, f"{num_heads} heads of d_k = {d_k}, each attends alone", va="center", fontsize=9)
+    ax.text(right, 0.25, "concatenated again, then W_O", va="center", fontsize=9)
+    ax.set(xlim=(-0.5, right + 9), ylim=(-0.3, 2.8))
     ax.axis("off")
     return fig
 

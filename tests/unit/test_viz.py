@@ -3,6 +3,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 import transformer_lib as tl
 from transformer_lib import viz
@@ -116,3 +117,20 @@ def test_kv_cache_picture_marks_one_new_position_per_step_and_the_rest_cached():
         assert grid[t, t] == 2 and torch.all(grid[t, :t] == 1) and torch.all(grid[t, t + 1 :] == 0)
     with pytest.raises(ValueError, match="at least 1"):
         viz.plot_kv_cache(0)
+
+
+def test_head_split_colours_each_feature_by_its_head_in_all_three_rows():
+    fig = viz.plot_head_split(12, 3)
+    ax = fig.axes[0]
+    cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 0.9]
+    assert len(cells) == 3 * 12  # the vector, the heads, the concatenation
+    by_row = {}
+    for c in cells:
+        by_row.setdefault(c.get_y(), []).append(c)
+    assert sorted(by_row) == [0.0, 1.0, 2.0] and all(len(r) == 12 for r in by_row.values())
+    for row in by_row.values():
+        colours = [tuple(c.get_facecolor()) for c in sorted(row, key=lambda c: c.get_x())]
+        assert [len(set(colours[h * 4 : h * 4 + 4])) for h in range(3)] == [1, 1, 1] and len(set(colours)) == 3
+    assert [t.get_text() for t in ax.texts if t.get_text().startswith("head")] == ["head 0", "head 1", "head 2"]
+    with pytest.raises(ValueError, match="divisible"):
+        viz.plot_head_split(10, 3)
