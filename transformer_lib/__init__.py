@@ -63,6 +63,7 @@ _VIZ = (
     "plot_attention_layers",
     "plot_head_split",
     "plot_mask",
+    "plot_mask_broadcast",
     "plot_kv_cache",
     "plot_positional_encoding",
     "plot_residual_wiring",

@@ -21,6 +21,7 @@ __all__ = [
     "plot_attention_heads",
     "plot_attention_layers",
     "plot_mask",
+    "plot_mask_broadcast",
     "plot_architecture",
     "plot_training_curves",
     "plot_residual_wiring",
@@ -183,6 +184,38 @@ def plot_mask(
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.set_title(title)
+    return fig
+
+
+def plot_mask_broadcast(padding: torch.Tensor, causal: torch.Tensor, num_heads: int, axes=None) -> Figure:
+    """How a padding mask (B, 1, 1, S) and a causal mask (T, T) broadcast onto the scores (B, h, T, T).
+
+    One small image per sentence (rows) and head (columns): the mask each score matrix really
+    gets, padding AND causal. Filled = may attend. The shapes are written in the titles.
+    """
+    padding, causal = torch.as_tensor(padding).cpu(), torch.as_tensor(causal).cpu()
+    if padding.dim() != 4 or padding.shape[1:3] != (1, 1) or causal.dim() != 2:
+        raise ValueError(
+            f"expected a padding mask (B, 1, 1, S) and a causal mask (T, T), got {tuple(padding.shape)} and "
+            f"{tuple(causal.shape)}"
+        )
+    B, S = padding.shape[0], padding.shape[-1]
+    if causal.shape != (S, S):
+        raise ValueError(f"in self-attention the causal mask is (S, S) = ({S}, {S}), got {tuple(causal.shape)}")
+    combined = (padding & causal).expand(B, num_heads, *causal.shape)  # (B, h, T, T): what the scores see
+    if axes is None:
+        fig, axes = plt.subplots(B, num_heads, figsize=(2.0 * num_heads, 2.0 * B), layout="constrained", squeeze=False)
+    else:
+        fig = axes[0][0].figure
+    for b in range(B):
+        for h in range(num_heads):
+            ax = axes[b][h]
+            ax.imshow(combined[b, h].numpy(), cmap="Greens", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"sentence {b}, head {h}", fontsize=8)
+    fig.suptitle(f"padding {tuple(padding.shape)} & causal {tuple(causal.shape)} -> scores {tuple(combined.shape)}",
+                 fontsize=10)  # fmt: skip
     return fig
 
 

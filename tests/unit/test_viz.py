@@ -134,3 +134,19 @@ def test_head_split_colours_each_feature_by_its_head_in_all_three_rows():
     assert [t.get_text() for t in ax.texts if t.get_text().startswith("head")] == ["head 0", "head 1", "head 2"]
     with pytest.raises(ValueError, match="divisible"):
         viz.plot_head_split(10, 3)
+
+
+def test_mask_broadcast_shows_padding_and_causal_for_every_sentence_and_head():
+    tokens = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])
+    fig = viz.plot_mask_broadcast(tl.padding_mask(tokens, 0), tl.causal_mask(4), num_heads=3)
+    assert len(fig.axes) == 2 * 3
+    want = tl.target_mask(tokens, 0)  # (B, 1, T, T)
+    for b in range(2):
+        for h in range(3):
+            shown = torch.as_tensor(fig.axes[b * 3 + h].images[0].get_array())
+            assert torch.equal(shown.bool(), want[b, 0])
+    assert "(2, 3, 4, 4)" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match=r"\(B, 1, 1, S\)"):
+        viz.plot_mask_broadcast(tokens != 0, tl.causal_mask(4), num_heads=2)
+    with pytest.raises(ValueError, match="causal mask is"):
+        viz.plot_mask_broadcast(tl.padding_mask(tokens, 0), tl.causal_mask(3), num_heads=2)
