@@ -61,6 +61,7 @@ _VIZ = (
     "plot_attention",
     "plot_attention_heads",
     "plot_attention_layers",
+    "plot_dataflow",
     "plot_head_split",
     "plot_mask",
     "plot_mask_broadcast",

@@ -23,6 +23,7 @@ __all__ = [
     "plot_mask",
     "plot_mask_broadcast",
     "plot_architecture",
+    "plot_dataflow",
     "plot_training_curves",
     "plot_residual_wiring",
     "plot_head_split",
@@ -312,6 +313,87 @@ def plot_architecture(model: nn.Module, ax=None, max_depth: int = 3) -> Figure:
     ax.set_xlim(-0.2, w + 0.2)
     ax.set_ylim(-h - 0.2, 0.2)
     ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def _box(ax, x: float, y: float, text: str, width: float = 2.6, color: str = "#e8eef7") -> None:
+    """A labelled box centred at (x, y)."""
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.22), width, 0.44, boxstyle="round,pad=0.02",
+                                facecolor=color, edgecolor="#555555", linewidth=0.8))  # fmt: skip
+    ax.text(x, y, text, ha="center", va="center", fontsize=7.5)
+
+
+def _up(ax, x: float, y0: float, y1: float, color: str = "#333333") -> None:
+    ax.annotate("", xy=(x, y1 - 0.23), xytext=(x, y0 + 0.23), arrowprops=dict(_ARROW, color=color))
+
+
+def _sublayer(ax, x: float, y: float, name: str, norm_first: bool) -> float:
+    """One sublayer with its norm and its residual arrow, from y upwards; returns the y it ends at."""
+    steps = ["LayerNorm", name, "+"] if norm_first else [name, "+", "LayerNorm"]
+    ys = [y + 0.6 * (i + 1) for i in range(3)]
+    for i, (step, yy) in enumerate(zip(steps, ys)):
+        if step == "+":
+            ax.add_patch(Circle((x, yy), 0.16, facecolor="white", edgecolor="#333333"))
+            ax.text(x, yy, "+", ha="center", va="center", fontsize=9)
+        else:
+            _box(ax, x, yy, step, color="#fde9d9" if step == name else "#f2f2f2")
+        _up(ax, x, y if i == 0 else ys[i - 1], yy)
+    plus = ys[steps.index("+")]
+    ax.plot([x - 1.45, x - 1.45, x - 0.2], [y + 0.1, plus, plus], color="#31a354", linewidth=1.3)  # residual
+    return ys[-1]
+
+
+def plot_dataflow(model: nn.Module, ax=None) -> Figure:
+    """The encoder-decoder as data flows through it, read off a `Transformer`: every layer, sublayer and residual.
+
+    Bottom to top: ids, embeddings, positional encodings, each encoder layer (left) and decoder
+    layer (right) with its sublayers, norms and residual paths (green), the encoder's output
+    feeding every decoder layer's cross-attention (blue), the final norms, and the output head.
+    """
+    cfg = model.config
+    fig, ax = _axes(ax, (9.0, 1.2 + 0.62 * (4 + 9 * cfg.num_decoder_layers)))
+    pre = cfg.norm_first
+    scale = " x sqrt(d_model)" if cfg.scale_embedding else ""
+    columns = {}
+    for x, side, layers, sublayers in ((2.0, "source", cfg.num_layers, ["self-attention", "feed-forward"]),
+                                       (7.0, "target", cfg.num_decoder_layers,
+                                        ["masked self-attention", "cross-attention", "feed-forward"])):  # fmt: skip
+        _box(ax, x, 0.0, f"{side} ids (B, {'S' if side == 'source' else 'T'})", color="white")
+        _box(ax, x, 0.7, f"embedding{scale}")
+        _up(ax, x, 0.0, 0.7)
+        _box(ax, x, 1.4, f"+ {cfg.positional} positions")
+        _up(ax, x, 0.7, 1.4)
+        y, cross_ys = 1.4, []
+        for layer in range(layers):
+            start = y
+            for name in sublayers:
+                top = _sublayer(ax, x, y, name, pre)
+                if name == "cross-attention":
+                    cross_ys.append(y + 0.6 * (2 if pre else 1))  # the row of the cross-attention box
+                y = top
+            ax.add_patch(Rectangle((x - 1.7, start + 0.3), 3.4, y - start + 0.05, fill=False, edgecolor="#999999",
+                                   linestyle="--", linewidth=0.8))  # fmt: skip
+            ax.text(x + 1.75, start + 0.4, f"layer {layer}", fontsize=7, color="#777777")
+        if cfg.final_norm:
+            _box(ax, x, y + 0.7, "final LayerNorm", color="#f2f2f2")
+            _up(ax, x, y, y + 0.7)
+            y += 0.7
+        columns[side] = (y, cross_ys)
+    memory_y = columns["source"][0] + 0.7
+    _box(ax, 2.0, memory_y, "memory (B, S, d_model)", color="white")
+    _up(ax, 2.0, columns["source"][0], memory_y)
+    for cy in columns["target"][1]:  # the encoder's output reaches every decoder layer's cross-attention
+        ax.annotate("", xy=(7.0 - 1.3, cy), xytext=(2.0 + 1.3, memory_y),
+                    arrowprops=dict(_ARROW, color="#3182bd", connectionstyle="arc3,rad=-0.15"))  # fmt: skip
+    top = columns["target"][0]
+    _box(ax, 7.0, top + 0.7, f"head: Linear {cfg.d_model} -> {cfg.tgt_vocab_size}")
+    _up(ax, 7.0, top, top + 0.7)
+    _box(ax, 7.0, top + 1.4, "logits (B, T, V)", color="white")
+    _up(ax, 7.0, top + 0.7, top + 1.4)
+    ax.set_title(f"{'pre' if pre else 'post'}-LN encoder-decoder, d_model = {cfg.d_model}, {cfg.num_heads} heads",
+                 fontsize=10)  # fmt: skip
+    ax.set(xlim=(0.0, 9.2), ylim=(-0.5, max(top + 1.9, memory_y + 0.5)))
     ax.axis("off")
     return fig
 

@@ -150,3 +150,18 @@ def test_mask_broadcast_shows_padding_and_causal_for_every_sentence_and_head():
         viz.plot_mask_broadcast(tokens != 0, tl.causal_mask(4), num_heads=2)
     with pytest.raises(ValueError, match="causal mask is"):
         viz.plot_mask_broadcast(tl.padding_mask(tokens, 0), tl.causal_mask(3), num_heads=2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_dataflow_is_read_off_the_model_layer_by_layer(norm_first):
+    model = tl.Transformer(vocab_size=11, tgt_vocab_size=7, d_model=16, num_heads=2, num_layers=1,
+                           num_decoder_layers=3, norm_first=norm_first)  # fmt: skip
+    fig = viz.plot_dataflow(model)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("self-attention") == 1 and texts.count("masked self-attention") == 3
+    assert texts.count("cross-attention") == 3 and texts.count("+") == 2 * 1 + 3 * 3
+    assert texts.count("final LayerNorm") == (2 if norm_first else 0)
+    assert "head: Linear 16 -> 7" in texts
+    memory_arrows = [a for a in fig.axes[0].texts if type(a).__name__ == "Annotation" and a.arrow_patch is not None
+                     and a.arrow_patch.get_edgecolor()[:3] == matplotlib.colors.to_rgb("#3182bd")]  # fmt: skip
+    assert len(memory_arrows) == 3  # the encoder's output reaches every decoder layer
