@@ -20,11 +20,11 @@ D_MODEL, HEADS, LAYERS, D_FF = 64, 4, 2, 256
 STEPS, BATCH, LENGTH, VOCAB = 100, 64, 12, 16
 
 
-def _batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(rng: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """STEPS batches of (source (B, L), target (B, L + 1) = <bos> + reversed source)."""
     out = []
     for _ in range(STEPS):
-        src = torch.randint(1, VOCAB, (BATCH, LENGTH), generator=generator)  # (B, L), id 0 is <bos>
+        src = torch.randint(1, VOCAB, (BATCH, LENGTH), generator=rng)  # (B, L), id 0 is <bos>
         tgt = torch.cat([torch.zeros(BATCH, 1, dtype=torch.long), src.flip(1)], dim=1)  # (B, L + 1)
         out.append((src, tgt))
     return out
@@ -32,15 +32,16 @@ def _batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tenso
 
 def reference_seconds(device: str = "cpu") -> float:
     """Wall-clock seconds for the reference workload on `device` (data made before the clock starts)."""
-    generator = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
-    embed = nn.Embedding(VOCAB, D_MODEL).to(device)
-    core = nn.Transformer(D_MODEL, HEADS, LAYERS, LAYERS, D_FF, dropout=0.0, batch_first=True).to(device)
-    head = nn.Linear(D_MODEL, VOCAB).to(device)
+    rng = torch.Generator().manual_seed(0)
+    with torch.random.fork_rng():  # seeded weights; the caller's global generator is left as it was
+        torch.manual_seed(0)
+        embed = nn.Embedding(VOCAB, D_MODEL).to(device)
+        core = nn.Transformer(D_MODEL, HEADS, LAYERS, LAYERS, D_FF, dropout=0.0, batch_first=True).to(device)
+        head = nn.Linear(D_MODEL, VOCAB).to(device)
     params = [*embed.parameters(), *core.parameters(), *head.parameters()]
     optimizer = torch.optim.Adam(params, lr=1e-3)
     causal = nn.Transformer.generate_square_subsequent_mask(LENGTH, device=device)  # (L, L), float -inf above
-    batches = [(s.to(device), t.to(device)) for s, t in _batches(generator)]
+    batches = [(s.to(device), t.to(device)) for s, t in _batches(rng)]
     start = time.perf_counter()
     for src, tgt in batches:
         logits = head(core(embed(src), embed(tgt[:, :-1]), tgt_mask=causal, tgt_is_causal=True))  # (B, L, V)
