@@ -2,7 +2,7 @@
 
     python tools/train_checkpoints.py [NAME ...]      (default: every recipe)
 
-Each file records the recipe's first losses, so that tests/test_checkpoints.py can re-run the
+Each file records the recipe's first losses, so that tests/unit/test_checkpoints.py can re-run the
 first steps on any machine and check that the file really comes from its recipe.
 """
 

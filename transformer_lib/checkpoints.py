@@ -78,8 +78,7 @@ def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tup
     rng = torch.Generator().manual_seed(0)  # the order of the batches
     batches = iterate_batches(x_train, y_train, batch_size=64, rng=rng, pad_id=tok.pad_id, forever=True)
     held_out = lambda m: {"test accuracy": classification_accuracy(m, x_test, y_test)}
-    total = 1500
-    history = fit(model, classification_loss, batches, steps=steps or total, lr=3e-3, warmup=100, eval_fn=held_out,
+    history = fit(model, classification_loss, batches, steps=steps or 1500, lr=3e-3, warmup=100, eval_fn=held_out,
                   eval_every=300, progress=progress, desc="brackets (long run)")  # fmt: skip
     return model, history, {"num_classes": 2}
 

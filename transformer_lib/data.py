@@ -1,4 +1,4 @@
-"""Small synthetic tasks that need no download, a character tokenizer, padding and batching.
+"""Small synthetic tasks that need no download, character and word tokenizers, padding and batching.
 
 Every task maker takes a `seed` and returns the same data for the same seed; batching takes an `rng`.
 """
