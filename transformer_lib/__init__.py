@@ -47,8 +47,13 @@ from .training import (
     label_smoothed_cross_entropy,
     lm_eval_loss,
     lm_loss,
+    noam_rate,
     seq2seq_loss,
+    smoothed_targets,
+    smoothing_floor,
+    warmup_cosine,
 )
+from .profiling import median_seconds, saved_tensor_bytes
 from .utils import count_parameters, get_device, set_seed
 
 __version__ = "0.1.0"
@@ -61,7 +66,9 @@ _VIZ = (
     "plot_attention",
     "plot_attention_heads",
     "plot_attention_layers",
+    "plot_curves",
     "plot_dataflow",
+    "plot_distribution",
     "plot_head_split",
     "plot_mask",
     "plot_mask_broadcast",
@@ -135,7 +142,11 @@ __all__ = [
     "lm_batches",
     "History",
     "fit",
+    "warmup_cosine",
+    "noam_rate",
     "label_smoothed_cross_entropy",
+    "smoothed_targets",
+    "smoothing_floor",
     "seq2seq_loss",
     "lm_loss",
     "classification_loss",
@@ -149,6 +160,8 @@ __all__ = [
     "set_seed",
     "get_device",
     "count_parameters",
+    "median_seconds",
+    "saved_tensor_bytes",
     *_VIZ,
     "exercises",
     "NotYetDone",

@@ -14,7 +14,11 @@ from torch import nn
 __all__ = [
     "History",
     "fit",
+    "warmup_cosine",
+    "noam_rate",
     "label_smoothed_cross_entropy",
+    "smoothed_targets",
+    "smoothing_floor",
     "seq2seq_loss",
     "lm_loss",
     "classification_loss",
@@ -73,12 +77,52 @@ def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tenso
     return F.cross_entropy(model(x), y)
 
 
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warm-up to 1, then cosine decay to 0.1 over the remaining steps."""
+def warmup_cosine(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
+    """The factor `fit` multiplies its learning rate by at `step` (0-based).
+
+    Linear warm-up from 1/warmup to 1 over the first `warmup` steps, then a cosine decay from 1 to
+    `floor` over the remaining `total - warmup` steps.
+    """
+    if warmup < 1 or total < 1:
+        raise ValueError(f"warmup and total must be at least 1, got warmup={warmup}, total={total}")
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def noam_rate(step_num: int, d_model: int, warmup: int = 4000) -> float:
+    """The 2017 paper's learning rate at step_num (1-based): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    It rises linearly for `warmup` steps, peaks at step_num = warmup, then decays as 1/sqrt(step).
+    """
+    if step_num < 1:
+        raise ValueError(f"step_num counts from 1, as in the paper; got {step_num}")
+    return d_model**-0.5 * min(step_num**-0.5, step_num * warmup**-1.5)
+
+
+def smoothed_targets(targets: torch.Tensor, vocab_size: int, smoothing: float) -> torch.Tensor:
+    """The distribution label smoothing trains towards: targets (...) -> (..., V).
+
+    As in F.cross_entropy(label_smoothing=...): (1 - smoothing) on the target plus smoothing / V on
+    every class, the target included.
+    """
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"smoothing must be in [0, 1], got {smoothing}")
+    one_hot = F.one_hot(targets, vocab_size).float()  # (..., V)
+    return (1.0 - smoothing) * one_hot + smoothing / vocab_size
+
+
+def smoothing_floor(vocab_size: int, smoothing: float) -> float:
+    """The lowest label-smoothed cross-entropy any model can reach: the entropy of the smoothed target.
+
+    The target class gets p = 1 - smoothing + smoothing / V and each of the other V - 1 classes
+    gets q = smoothing / V; the floor is -p log p - (V - 1) q log q (nats), reached when the
+    model predicts exactly that distribution.
+    """
+    q = smoothing / vocab_size
+    p = 1.0 - smoothing + q
+    return -(p * math.log(p) if p > 0 else 0.0) - ((vocab_size - 1) * q * math.log(q) if q > 0 else 0.0)
 
 
 def fit(
@@ -110,7 +154,7 @@ def fit(
     optimizer = torch.optim.AdamW(  # fused: one kernel for all parameters instead of a loop over them
         model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98), fused=device.type in ("cpu", "cuda")
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, steps))
     history = History()
     iterator: Iterator[tuple] = iter(batches)
     start = time.perf_counter()

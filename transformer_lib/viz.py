@@ -418,6 +418,53 @@ def plot_training_curves(history, ax=None, smooth: int = 20, metric: str | None 
     return fig
 
 
+def plot_curves(
+    curves: dict[str, tuple[Sequence[float], Sequence[float]]],
+    ax=None,
+    xlabel: str = "step",
+    ylabel: str = "loss",
+    title: str | None = None,
+    hlines: dict[str, float] | None = None,
+    log: str = "",
+) -> Figure:
+    """One line per named (x, y) curve, dashed horizontal lines for named levels; log="x", "y" or "xy"."""
+    fig, ax = _axes(ax, (6.0, 3.5))
+    for i, (name, (x, y)) in enumerate(curves.items()):
+        if len(x) != len(y):
+            raise ValueError(f"curve {name!r}: {len(x)} x values but {len(y)} y values")
+        ax.plot(list(x), list(y), color=f"C{i}", label=name, marker="o" if len(x) <= 12 else None, markersize=3)
+    for j, (name, level) in enumerate((hlines or {}).items()):
+        ax.axhline(level, color="#555555", linestyle=("--", ":", "-.")[j % 3], linewidth=1, label=name)
+    if "x" in log:
+        ax.set_xscale("log", base=2)
+    if "y" in log:
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_distribution(
+    probs: torch.Tensor, labels: Sequence[str] | None = None, ax=None, title: str | None = None
+) -> Figure:
+    """A bar chart of one probability distribution (V,), e.g. a label-smoothed target."""
+    p = torch.as_tensor(probs).detach().cpu().float()
+    if p.dim() != 1:
+        raise ValueError(f"probs must be 1-D (V,), got shape {tuple(p.shape)}")
+    fig, ax = _axes(ax, (5.0, 2.8))
+    names = list(labels) if labels is not None else [str(i) for i in range(p.numel())]
+    if len(names) != p.numel():
+        raise ValueError(f"{len(names)} labels for {p.numel()} probabilities")
+    bars = ax.bar(names, p.numpy(), color="C0")
+    ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.set(ylabel="probability", ylim=(0, max(1.0, float(p.max())) * 1.1))
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 _ARROW = dict(arrowstyle="-|>", color="#333333", linewidth=1.2)
 
 

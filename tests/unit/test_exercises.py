@@ -62,6 +62,19 @@ def _pre_ln_layer(layer, x, mask):
     return z + layer.feed_forward(layer.norm2(z))
 
 
+def _floor_experiment(V, eps, steps=300, smoothing=True):
+    logits = torch.zeros(V, requires_grad=True)
+    optimizer = torch.optim.Adam([logits], lr=0.1)
+    best = float("inf")
+    for _ in range(steps):
+        loss = tl.label_smoothed_cross_entropy(logits, torch.tensor(0), smoothing=eps if smoothing else 0.0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        best = min(best, loss.item())
+    return best
+
+
 # (checker, reference solution, [(wrong answer, words the hint must contain), ...])
 CASES = {
     "future_mask": (ex.check_future_mask, lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), [
@@ -113,6 +126,18 @@ CASES = {
         (lambda x, s, n: n(x + s(x)), "post-LN"), (lambda x, s, n: s(n(x)), "residual is missing")]),
     "batch_norm_mean": (ex.check_batch_norm_mean, lambda x: x.mean(dim=(0, 1)), [
         (lambda x: x.mean(-1), "layer norm"), (lambda x: x.mean(0), "positions too")]),
+    "noam": (ex.check_noam, lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-1.5), [
+        (lambda n, d, w: min(n**-0.5, n * w**-1.5), "d_model ** -0.5"),
+        (lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5), "min, not max"),
+        (lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5), "expected")]),
+    "smoothing_floor": (ex.check_smoothing_floor, tl.smoothing_floor, [
+        (lambda V, e: -(1 - e) * math.log(1 - e) - e * math.log(e / (V - 1)), "all V classes"),
+        (lambda V, e: math.log(V), "entropy of the smoothed target"),
+        (lambda V, e: tl.smoothing_floor(V, e) + 0.01, "expected")]),
+    "floor_experiment": (ex.check_floor_experiment, _floor_experiment, [
+        (lambda V, e: _floor_experiment(V, e, steps=3), "still above the floor"),
+        (lambda V, e: _floor_experiment(V, e, smoothing=False), "below the floor"),
+        (lambda V, e: "low", "as a number")]),
     "mean_pool": (ex.check_mean_pool, lambda h, m: (h * m[:, 0, 0, :, None]).sum(1) / m[:, 0, 0].sum(1, keepdim=True), [
         (lambda h, m: h.mean(1), "padding is averaged"), (lambda h, m: (h * m[:, 0, 0, :, None]).sum(1) / 5, "real tokens")]),
     "first_pool": (ex.check_first_pool, lambda h: h[:, 0], [

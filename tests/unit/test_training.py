@@ -93,3 +93,51 @@ def test_fit_records_history_and_evaluations():
     assert hist.steps == list(range(30)) and len(hist.losses) == 30
     assert hist.eval_steps == [10, 20, 29]
     assert hist.losses[-1] < hist.losses[0]
+
+
+def test_warmup_cosine_rises_linearly_then_decays_to_its_floor():
+    factors = [training.warmup_cosine(s, 10, 110) for s in range(110)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert factors[10] == pytest.approx(1.0)
+    assert training.warmup_cosine(60, 10, 110) == pytest.approx(0.55)  # halfway down the cosine: (1 + 0.1) / 2
+    assert training.warmup_cosine(110, 10, 110) == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    with pytest.raises(ValueError, match="at least 1"):
+        training.warmup_cosine(0, 0, 10)
+
+
+def test_noam_rate_matches_the_paper_and_peaks_at_the_end_of_warmup():
+    d, w = 512, 4000
+    assert tl.noam_rate(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
+    assert tl.noam_rate(w, d, w) == pytest.approx(d**-0.5 * w**-0.5)
+    assert tl.noam_rate(4 * w, d, w) == pytest.approx(tl.noam_rate(w, d, w) / 2)
+    rates = [tl.noam_rate(n, d, w) for n in range(1, 3 * w, 97)]
+    assert max(rates) <= tl.noam_rate(w, d, w) + 1e-12
+    with pytest.raises(ValueError, match="counts from 1"):
+        tl.noam_rate(0, d, w)
+
+
+def test_smoothed_targets_match_what_cross_entropy_trains_towards():
+    targets = torch.tensor([[2, 0], [1, 4]])
+    q = tl.smoothed_targets(targets, 5, 0.2)  # (2, 2, 5)
+    assert q.shape == (2, 2, 5) and torch.allclose(q.sum(-1), torch.ones(2, 2))
+    assert q[0, 0, 2].item() == pytest.approx(0.8 + 0.04) and q[0, 0, 1].item() == pytest.approx(0.04)
+    logits = torch.randn(2, 2, 5)
+    soft = -(q * logits.log_softmax(-1)).sum(-1).mean()  # cross-entropy against the soft target
+    smoothed = tl.label_smoothed_cross_entropy(logits, targets, smoothing=0.2)
+    assert smoothed.item() == pytest.approx(soft.item(), abs=1e-6)
+    with pytest.raises(ValueError, match="smoothing must be in"):
+        tl.smoothed_targets(targets, 5, 1.5)
+
+
+@pytest.mark.parametrize("V, eps", [(2, 0.1), (42, 0.1), (1000, 0.3)])
+def test_smoothing_floor_is_reached_by_predicting_the_smoothed_target_and_by_nothing_lower(V, eps):
+    target = torch.tensor([1])
+    floor = tl.smoothing_floor(V, eps)
+    best = tl.label_smoothed_cross_entropy(tl.smoothed_targets(target, V, eps).log(), target, smoothing=eps)
+    assert best.item() == pytest.approx(floor, abs=1e-5)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        other = tl.label_smoothed_cross_entropy(torch.randn(1, V, generator=g) * 3, target, smoothing=eps)
+        assert other.item() > floor
+    assert tl.smoothing_floor(V, 0.0) == 0.0

@@ -165,3 +165,26 @@ def test_dataflow_is_read_off_the_model_layer_by_layer(norm_first):
     memory_arrows = [a for a in fig.axes[0].texts if type(a).__name__ == "Annotation" and a.arrow_patch is not None
                      and a.arrow_patch.get_edgecolor()[:3] == matplotlib.colors.to_rgb("#3182bd")]  # fmt: skip
     assert len(memory_arrows) == 3  # the encoder's output reaches every decoder layer
+
+
+def test_curves_draw_one_line_per_curve_plus_the_levels_and_check_lengths():
+    fig = viz.plot_curves({"a": ([1, 2, 3], [3.0, 2.0, 1.0]), "b": ([1, 2, 3], [1.0, 1.5, 2.0])},
+                          hlines={"floor": 0.5}, log="x")  # fmt: skip
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["a", "b", "floor"]
+    assert list(ax.get_lines()[1].get_ydata()) == [1.0, 1.5, 2.0] and ax.get_xscale() == "log"
+    f2, ax2 = plt.subplots()
+    assert viz.plot_curves({"a": ([0], [1.0])}, ax=ax2) is f2
+    with pytest.raises(ValueError, match="3 x values but 2 y values"):
+        viz.plot_curves({"bad": ([1, 2, 3], [1.0, 2.0])})
+
+
+def test_distribution_draws_one_bar_per_class_at_its_probability():
+    probs = tl.smoothed_targets(torch.tensor(1), 4, 0.2)
+    fig = viz.plot_distribution(probs, labels=list("abcd"))
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == pytest.approx([0.05, 0.85, 0.05, 0.05])
+    with pytest.raises(ValueError, match=r"must be 1-D"):
+        viz.plot_distribution(torch.rand(2, 3))
+    with pytest.raises(ValueError, match="3 labels for 4"):
+        viz.plot_distribution(probs, labels=list("abc"))

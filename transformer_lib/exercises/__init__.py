@@ -13,6 +13,7 @@ from .ch02_positional_encoding import check_encoding, check_self_similarity, che
 from .ch03_attention import check_attention, check_score_std, check_split
 from .ch04_masks import check_masks_needed, check_padding_mask, check_target_mask
 from .ch05_feed_forward_and_norm import check_batch_norm_mean, check_layer_norm, check_pre_ln
+from .ch06_training import check_floor_experiment, check_noam, check_smoothing_floor
 from .ch07_encoder import check_first_pool, check_mean_pool, check_pre_ln_layer
 from .ch08_decoder import check_kv_cache_bytes, check_sample, check_windows
 from .ch09_transformer import check_greedy, check_loss_positions, check_shift
@@ -24,6 +25,7 @@ __all__ = ["CORRECT", "NotYetDone",
     "check_attention", "check_split", "check_score_std",
     "check_padding_mask", "check_target_mask", "check_masks_needed",
     "check_layer_norm", "check_pre_ln", "check_batch_norm_mean",
+    "check_noam", "check_smoothing_floor", "check_floor_experiment",
     "check_mean_pool", "check_pre_ln_layer", "check_first_pool",
     "check_sample", "check_windows", "check_kv_cache_bytes",
     "check_shift", "check_greedy", "check_loss_positions",

@@ -1,0 +1,54 @@
+"""What a computation costs: its wall time and the memory autograd keeps for the backward pass."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["median_seconds", "saved_tensor_bytes"]
+
+
+def _sync(device: torch.device | str | None) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1, device=None) -> float:
+    """Median wall time of fn() over `repeats` calls, after `warmup` untimed calls.
+
+    On a CUDA device, pass it as `device` so that each call is waited for before the clock stops.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def saved_tensor_bytes(fn: Callable[[], object]) -> int:
+    """Bytes of the tensors autograd saves for backward while fn() runs its forward pass.
+
+    This is the activation memory that training holds between the forward and the backward pass,
+    measured on any device. A storage saved by several operations is counted once; a tensor that
+    needs no gradient anywhere saves nothing.
+    """
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
