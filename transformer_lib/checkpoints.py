@@ -59,7 +59,7 @@ def load_checkpoint(name: str | Path, device: torch.device | str | None = None) 
 
 
 def bracket_classifier_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Chapter 06's bracket data: (tokenizer, x_train (N, S), y_train (N,), x_test (M, S), y_test (M,))."""
+    """The encoder chapter's bracket data: (tokenizer, x_train (N, S), y_train (N,), x_test (M, S), y_test (M,))."""
     items = brackets_task(14000, seed=0, max_pairs=6)
     train_items, test_items = split_data(items, (0.9, 0.1), seed=0)
     tok = CharTokenizer("()[]")
@@ -69,7 +69,7 @@ def bracket_classifier_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor
 
 
 def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
-    """Chapter 06's classifier: 3 pre-LN layers, d_model 64, 8 heads, 1500 AdamW steps of 64 strings."""
+    """The encoder chapter's classifier: 3 pre-LN layers, d_model 64, 8 heads, 1500 AdamW steps of 64 strings."""
     tok, x_train, y_train, x_test, y_test = bracket_classifier_data()
     with torch.random.fork_rng():  # seeded weights, and the caller's global generator left as it was
         torch.manual_seed(0)

@@ -8,8 +8,9 @@ the processes during backward, so every process takes the step that one process 
 the whole batch. With `--save-grads FILE`, rank 0 saves the averaged gradients after one backward
 pass instead of training (the tests compare them with one process on the full batch).
 
-From Python (a notebook), `launch(nproc=2)` starts the same processes through `elastic_launch`,
-the launcher that torchrun itself calls.
+torchrun's part is small: it starts one process per rank and tells each, in environment variables
+(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), who it is and where to meet the others.
+Setting those by hand and starting the processes yourself works the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from .data import CharTokenizer, char_corpus, lm_batches
@@ -28,7 +28,7 @@ from .models import DecoderOnlyLM
 from .training import fit, lm_loss
 from .utils import set_seed
 
-__all__ = ["demo_model_and_batches", "shard", "train_worker", "launch", "main"]
+__all__ = ["demo_model_and_batches", "shard", "train_worker", "main"]
 
 
 def demo_model_and_batches(
@@ -56,9 +56,9 @@ def shard(batch: tuple[torch.Tensor, ...], rank: int, world_size: int) -> tuple[
 def train_worker(steps: int = 20, batch_size: int = 16, backend: str = "gloo", save_grads: str | None = None):
     """One process's part: join the group, train its slice of every batch under DDP, leave the group.
 
-    Reads RANK, WORLD_SIZE and the rendezvous address from the environment, as torchrun and
-    `launch` set them. Returns the training loss per step, averaged over the processes (or
-    None with save_grads, after saving rank 0's averaged gradients).
+    Reads RANK, WORLD_SIZE and the rendezvous address from the environment, as torchrun sets
+    them. Returns the training loss per step, averaged over the processes (or None with
+    save_grads, after saving rank 0's averaged gradients).
     """
     torch.set_num_threads(1)  # one thread per process: the processes share the machine's cores
     dist.init_process_group(backend)
@@ -82,21 +82,6 @@ def train_worker(steps: int = 20, batch_size: int = 16, backend: str = "gloo", s
         dist.destroy_process_group()
 
 
-def launch(nproc: int = 2, steps: int = 20, batch_size: int = 16) -> list[float]:
-    """Run train_worker on `nproc` CPU processes (gloo) from Python, with torchrun's own launcher.
-
-    `elastic_launch` is the function behind the torchrun command. Processes are forked where the
-    platform allows it, so they start without importing torch again. Returns the averaged losses.
-    """
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
-                          rdzv_endpoint="localhost:0", run_id="transformer_lib", max_restarts=0,
-                          start_method=start_method, monitor_interval=0.05)  # fmt: skip
-    return elastic_launch(config, train_worker)(steps, batch_size)[0]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train the demo LM with DistributedDataParallel, under torchrun.")
     parser.add_argument("--steps", type=int, default=20)
@@ -109,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     losses = train_worker(args.steps, args.batch_size, args.backend, args.save_grads)
     if losses is not None and int(os.environ["RANK"]) == 0:
         print(f"{os.environ['WORLD_SIZE']} processes ({args.backend}), {args.steps} steps: final loss {losses[-1]:.4f}")
+        print("losses:", " ".join(f"{loss:.6f}" for loss in losses))
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., d_model).
 
-        The formula above, written out in chapter 05 and checked there against this module, runs
+        The formula above, written out in the feed-forward & norm chapter and checked there against this module, runs
         here as PyTorch's one fused kernel: the same numbers, a quarter fewer operations per step.
         """
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import setup_cell  # noqa: E402
 
 NOTEBOOKS = setup_cell.notebooks(ROOT)
+EXERCISE_LABEL = re.compile(r"\*\*Exercise \d+\*\* · (experiment · )?(easy|medium|hard) · about \d+ minutes\. ")
 IDS = [p.name for p in NOTEBOOKS]
 
 
@@ -119,6 +120,14 @@ def test_exercises_have_checkers_and_hidden_solutions(path):
         assert checker.source.split("(")[0] in solution.source, "the solution must pass the same checker"
         printed = "".join(o.get("text", "") for o in solution.get("outputs", []))
         assert "Correct!" in printed, f"the solution to exercise cell {i} does not pass its checker: {printed!r}"
+    statements = [c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("**Exercise ")]
+    assert len(statements) == len(exercises), f"{len(exercises)} exercise cells but {len(statements)} statements"
+    for text in statements:
+        assert EXERCISE_LABEL.match(text), (
+            f"an exercise must open with '**Exercise N** · [experiment · ]easy|medium|hard · about M minutes.', "
+            f"got {text[:80]!r}"
+        )
+    assert any(EXERCISE_LABEL.match(t).group(1) for t in statements), "needs at least one experiment exercise"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib.distributed import demo_model_and_batches, launch, shard
+from transformer_lib.distributed import demo_model_and_batches, shard
 
 
 def test_two_processes_average_to_the_gradient_of_the_whole_batch(tmp_path):
@@ -30,8 +30,13 @@ def test_two_processes_average_to_the_gradient_of_the_whole_batch(tmp_path):
     assert not all(torch.allclose(averaged[n], p.grad, atol=1e-6, rtol=1e-4) for n, p in model.named_parameters())
 
 
-def test_launch_from_python_trains_like_one_process():
-    two = launch(nproc=2, steps=5)
+def test_two_processes_under_torchrun_train_like_one_process_on_the_whole_batch():
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "transformer_lib.distributed", "--steps", "5"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = [float(v) for v in done.stdout.split("losses:")[1].split()]
     model, batches = demo_model_and_batches()
     one = tl.fit(model, tl.lm_loss, batches, steps=5, lr=3e-3, warmup=5, progress=False).losses
     assert len(two) == 5

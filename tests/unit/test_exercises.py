@@ -75,6 +75,73 @@ def _floor_experiment(V, eps, steps=300, smoothing=True):
     return best
 
 
+def _mask_fraction(n, blocked=False, count=False):
+    mask = tl.causal_mask(n)
+    if blocked:
+        mask = ~mask
+    return mask.sum().item() if count else mask.float().mean().item()
+
+
+def _scale_ratio(d, scale=True, inverse=False):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randn(500, d, generator=g) * (d**0.5 if scale else 1.0)  # nn.Embedding's N(0, 1) start
+    ratio = tokens.norm(dim=-1).mean() / tl.sinusoidal_encoding(500, d).norm(dim=-1).mean()
+    return (1 / ratio if inverse else ratio).item()
+
+
+def _permutation_gap(use_pe, pe_after_permuting=False):
+    tl.set_seed(0)
+    layer = tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
+    tokens, pe = torch.randn(1, 6, 16), tl.sinusoidal_encoding(6, 16)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    with torch.no_grad():
+        if pe_after_permuting and use_pe:  # the mistake: positions travel with their tokens
+            return (layer((tokens + pe)[:, perm]) - layer(tokens + pe)[:, perm]).abs().max().item()
+        run = lambda t: layer(t + pe if use_pe else t)  # noqa: E731
+        return (run(tokens[:, perm]) - run(tokens)[:, perm]).abs().max().item()
+
+
+def _scaling_gradient(d_k, scale, always_scale=False, never_scale=False):
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(64, d_k, generator=g), torch.randn(16, d_k, generator=g)
+    divide = (scale or always_scale) and not never_scale
+    scores = (q @ k.T / (math.sqrt(d_k) if divide else 1.0)).requires_grad_()
+    (scores.softmax(-1) * torch.randn(64, 16, generator=g)).sum().backward()
+    return scores.grad.norm(dim=-1).mean().item()
+
+
+def _padding_ablation(use_mask, mask_always=None):
+    tl.set_seed(0)
+    layer = tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
+    tokens = torch.randn(1, 4, 16)
+    padded = torch.cat([tokens, torch.zeros(1, 3, 16)], dim=1)  # (1, 7, 16)
+    keep = use_mask if mask_always is None else mask_always
+    mask = torch.tensor([[True] * 4 + [False] * 3])[:, None, None, :] if keep else None
+    with torch.no_grad():
+        return (layer(padded, mask)[:, :4] - layer(tokens)).abs().max().item()
+
+
+def _depth_growth(num_layers, final_norm=False, norm_first=True):
+    tl.set_seed(0)
+    stack = tl.Encoder(d_model=32, num_heads=4, num_layers=num_layers, d_ff=64, dropout=0.0, norm_first=norm_first,
+                       final_norm=final_norm).eval()  # fmt: skip
+    with torch.no_grad():
+        return stack(torch.randn(4, 10, 32, generator=torch.Generator().manual_seed(1))).std().item()
+
+
+def _future_leak(causal, compare_after=False, always_causal=False):
+    tl.set_seed(0)
+    lm = tl.DecoderOnlyLM(vocab_size=10, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    x = torch.randint(1, 10, (1, 8), generator=torch.Generator().manual_seed(2))
+    changed = x.clone()
+    changed[0, 5] = x[0, 5] % 9 + 1  # another token at position 5
+    mask = tl.causal_mask(8) if (causal or always_causal) else None
+    with torch.no_grad():
+        logits = [lm.head(lm.decoder(lm.pos(lm.embed(t)), tgt_mask=mask)) for t in (x, changed)]
+    part = slice(5, None) if compare_after else slice(0, 5)
+    return (logits[1][:, part] - logits[0][:, part]).abs().max().item()
+
+
 # (checker, reference solution, [(wrong answer, words the hint must contain), ...])
 CASES = {
     "future_mask": (ex.check_future_mask, lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), [
@@ -126,6 +193,25 @@ CASES = {
         (lambda x, s, n: n(x + s(x)), "post-LN"), (lambda x, s, n: s(n(x)), "residual is missing")]),
     "batch_norm_mean": (ex.check_batch_norm_mean, lambda x: x.mean(dim=(0, 1)), [
         (lambda x: x.mean(-1), "layer norm"), (lambda x: x.mean(0), "positions too")]),
+    "mask_fraction": (ex.check_mask_fraction, _mask_fraction, [
+        (lambda n: _mask_fraction(n, blocked=True), "blocked"), (lambda n: _mask_fraction(n, count=True), "divide")]),
+    "scale_ratio": (ex.check_scale_ratio, _scale_ratio, [
+        (lambda d: _scale_ratio(d, scale=False), "multiply"), (lambda d: _scale_ratio(d, inverse=True), "upside down")]),
+    "permutation_gap": (ex.check_permutation_gap, _permutation_gap, [
+        (lambda u: _permutation_gap(u, pe_after_permuting=True), "permute the tokens first"),
+        (lambda u: _permutation_gap(True), "rounding noise")]),
+    "scaling_gradient": (ex.check_scaling_gradient, _scaling_gradient, [
+        (lambda d, s: _scaling_gradient(d, s, always_scale=True), "much smaller"),
+        (lambda d, s: _scaling_gradient(d, s, never_scale=True), "sqrt(d_k)")]),
+    "padding_ablation": (ex.check_padding_ablation, _padding_ablation, [
+        (lambda u: _padding_ablation(u, mask_always=False), "should not move"),
+        (lambda u: _padding_ablation(u, mask_always=True), "mask=None")]),
+    "depth_growth": (ex.check_depth_growth, _depth_growth, [
+        (lambda n: _depth_growth(n, final_norm=True), "final_norm=False"),
+        (lambda n: _depth_growth(n, norm_first=False), "still normalised")]),
+    "future_leak": (ex.check_future_leak, _future_leak, [
+        (lambda c: _future_leak(c, compare_after=True), "before the token you change"),
+        (lambda c: _future_leak(c, always_causal=True), "tgt_mask=None")]),
     "noam": (ex.check_noam, lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-1.5), [
         (lambda n, d, w: min(n**-0.5, n * w**-1.5), "d_model ** -0.5"),
         (lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5), "min, not max"),
@@ -199,3 +285,62 @@ def test_greedy_checker():
                                                             model, src_tok, tgt_tok)  # fmt: skip
     wrong = lambda m, s, b, e, n: torch.cat([solution(m, s, b, e, n), torch.full((1, 1), tgt_tok.stoi["a"])], dim=1)
     assert "expected" in ex.check_greedy(wrong, model, src_tok, tgt_tok)
+
+
+def _trained_enough_classifier():
+    tl.set_seed(0)
+    tok = tl.CharTokenizer("()[]")
+    x, y = tl.encode_labelled(tl.brackets_task(200, seed=3, max_pairs=4), tok, bos=True)
+    model = tl.EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=16, num_heads=2, num_layers=2,
+                                 d_ff=32, dropout=0.0, max_len=32).eval()  # fmt: skip
+    return model, x, y
+
+
+def _head_off(model, x, y, layer, head, restore=True, switch_off=True):
+    attn = model.encoder.layers[layer].self_attn
+    saved = attn.out_proj.weight.detach().clone()
+    with torch.no_grad():
+        if switch_off:
+            attn.out_proj.weight[:, head * attn.d_k : (head + 1) * attn.d_k] = 0.0
+        accuracy = (model(x).argmax(-1) == y).float().mean().item()
+        if restore:
+            attn.out_proj.weight.copy_(saved)
+    return accuracy
+
+
+def test_head_ablation_checker_measures_what_the_learner_measures_and_wants_the_model_back():
+    model, x, y = _trained_enough_classifier()
+    assert ex.check_head_ablation(_head_off, model, x, y) == ex.CORRECT
+    assert "Not answered" in ex.check_head_ablation(lambda *a: None, model, x, y)
+    feedback = ex.check_head_ablation(lambda *a: _head_off(*a, restore=False), model, x, y)
+    assert "put the head back" in feedback
+    assert ex.check_head_ablation(_head_off, model, x, y) == ex.CORRECT  # the checker restored the weights
+    full = ex.check_head_ablation(lambda *a: _head_off(*a, switch_off=False), model, x, y)
+    assert full != ex.CORRECT and ("every head on" in full or "expected accuracy" in full)
+
+
+def _token_accuracy(model, src, tgt, ablate, count_pad=False, ignore_ablate=False):
+    with torch.no_grad():
+        src_mask = model.make_src_mask(src)
+        memory = model.encode(src, src_mask)
+        if ablate and not ignore_ablate:
+            memory = torch.zeros_like(memory)
+        logits = model.decode(tgt[:, :-1], memory, src_mask)
+        hit = logits.argmax(-1) == tgt[:, 1:]
+        return (hit.float().mean() if count_pad else hit[tgt[:, 1:] != model.pad_id].float().mean()).item()
+
+
+def test_memory_ablation_checker_compares_with_its_own_measurement():
+    tl.set_seed(0)
+    model = tl.Transformer(vocab_size=12, tgt_vocab_size=9, d_model=16, num_heads=2, num_layers=1, d_ff=32,
+                           dropout=0.0).eval()  # fmt: skip
+    src = torch.randint(1, 12, (64, 6), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(1, 9, (64, 7), generator=torch.Generator().manual_seed(2))
+    tgt[:32, 5:] = 0  # padding at the end of half the rows
+    with torch.no_grad():  # make the encoder's output matter, so that zeroing it changes the predictions
+        for layer in model.decoder.layers:
+            layer.cross_attn.out_proj.weight.mul_(30.0)
+    assert ex.check_memory_ablation(_token_accuracy, model, src, tgt) == ex.CORRECT
+    assert "replace the encoder's output" in ex.check_memory_ablation(
+        lambda *a: _token_accuracy(*a, ignore_ablate=True), model, src, tgt)  # fmt: skip
+    assert "not padding" in ex.check_memory_ablation(lambda *a: _token_accuracy(*a, count_pad=True), model, src, tgt)

@@ -21,3 +21,11 @@ def _shape(t) -> str:
 
 def _close(a, b, atol=1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol)
+
+
+def _number(x) -> float | None:
+    """x as a float, or None when it is not a number (a tensor of one element counts)."""
+    try:
+        return float(x)
+    except (TypeError, ValueError, RuntimeError):
+        return None

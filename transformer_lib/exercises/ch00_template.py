@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 00 template."""
+"""Checkers for the exercises of the template chapter (how a chapter notebook works)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 
 from ..masks import causal_mask
-from ._common import _TODO, CORRECT, _shape
+from ._common import _TODO, CORRECT, _number, _shape
 
-__all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows"]
+__all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 
 
 def check_future_mask(fn: Callable[[int], torch.Tensor]) -> str:
@@ -64,4 +64,24 @@ def check_cached_rows(fn: Callable[[int, int], torch.Tensor]) -> str:
         if torch.equal(got.cpu(), causal_mask(past + new)[:new]):
             return "Those are the first rows. The new queries are the last rows: positions past .. past + new - 1."
         return f"Wrong values for past={past}, new={new}: a query sees every cached key and new keys up to itself."
+    return CORRECT
+
+
+def check_mask_fraction(fn) -> str:
+    """Experiment: fn(n) measures the fraction of a causal mask's n x n entries that are True."""
+    for n in (1, 2, 7, 1000):
+        got = fn(n)
+        if got is None:
+            return _TODO
+        value = _number(got)
+        if value is None:
+            return f"Return the fraction as a number, got {type(got).__name__}."
+        want = (n + 1) / (2 * n)
+        if abs(value - want) < 1e-6:
+            continue
+        if abs(value - (n - 1) / (2 * n)) < 1e-6:
+            return f"For n={n} you counted the blocked entries ({value:.4f}); measure the allowed ones (True)."
+        if abs(value - want * n * n) < 1e-6:
+            return "That is the count of allowed entries; divide by n * n to get the fraction."
+        return f"Not quite: for n={n} the measured fraction should be {want:.4f}, got {value:.4f}."
     return CORRECT

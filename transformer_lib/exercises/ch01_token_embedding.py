@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 01 token embedding."""
+"""Checkers for the exercises of the token-embedding chapter."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import torch
 
-from ._common import _TODO, CORRECT, _close, _shape
+from ._common import _TODO, CORRECT, _close, _number, _shape
 
-__all__ = ["check_embed", "check_embedding_parameters", "check_pad"]
+__all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 
 
 def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
@@ -60,4 +60,28 @@ def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
         if torch.equal(result, left):
             return "The padding is on the left. Put it on the right, after the real tokens."
         return f"For {seqs} with pad_id={pad}: expected {want.tolist()}, got {result.tolist()}. Use pad_id, not 0."
+    return CORRECT
+
+
+def check_scale_ratio(fn) -> str:
+    """Experiment: fn(d_model) measures |sqrt(d) * embedding| / |positional encoding| for nn.Embedding's N(0, 1) start.
+
+    A row of N(0, 1) entries has norm about sqrt(d); times sqrt(d) that is d. Every sinusoidal row
+    has norm sqrt(d / 2). So the measured ratio must come out near sqrt(2 d).
+    """
+    for d in (64, 512):
+        got = fn(d)
+        if got is None:
+            return _TODO
+        value = _number(got)
+        if value is None:
+            return f"Return the ratio as a number, got {type(got).__name__}."
+        want = (2 * d) ** 0.5
+        if abs(value - want) < 0.1 * want:
+            continue
+        if abs(value - 2**0.5) < 0.2:
+            return f"For d_model={d} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first."
+        if abs(value - 1 / want) < 0.1 / want:
+            return "The ratio is upside down: embedding norm divided by positional-encoding norm."
+        return f"For d_model={d} expected a ratio near {want:.1f} (sqrt(2 d)), measured {value:.2f}."
     return CORRECT

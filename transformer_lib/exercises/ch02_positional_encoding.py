@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 02 positional encoding."""
+"""Checkers for the exercises of the positional-encoding chapter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 
 from ..positional import sinusoidal_encoding
-from ._common import _TODO, CORRECT, _close, _shape
+from ._common import _TODO, CORRECT, _close, _number, _shape
 
-__all__ = ["check_encoding", "check_self_similarity", "check_wavelength"]
+__all__ = ["check_encoding", "check_self_similarity", "check_wavelength", "check_permutation_gap"]
 
 
 def _doubled_exponent(max_len: int, d: int) -> torch.Tensor:
@@ -71,4 +71,29 @@ def check_wavelength(fn: Callable[[int, int], float]) -> str:
         if abs(got - 2 * math.pi * 10000 ** (4 * i / d)) < 1e-6 * max(want, 1):
             return "The exponent is doubled: i is already the pair index, so use 2i/d."
         return f"For d_model={d}, pair {i}: expected {want:.4g} positions, got {got:.4g}."
+    return CORRECT
+
+
+def check_permutation_gap(fn) -> str:
+    """Experiment: fn(use_pe) measures max |layer(x permuted) - layer(x) permuted| for an encoder layer.
+
+    Without a positional encoding self-attention cannot see order, so the gap is rounding noise;
+    with one added to x before the layer, permuting the tokens changes what each one computes.
+    """
+    without, with_pe = fn(False), fn(True)
+    if without is None or with_pe is None:
+        return _TODO
+    a, b = _number(without), _number(with_pe)
+    if a is None or b is None:
+        return f"Return the largest difference as a number, got {type(without).__name__} and {type(with_pe).__name__}."
+    if a > 1e-4:
+        return (
+            f"Without positions the gap should be rounding noise, got {a:.2e}. Compare layer(x[:, perm]) "
+            "with layer(x)[:, perm], with the layer in eval mode (dropout off) and no mask."
+        )
+    if b < 1e-2:
+        return (
+            f"With positions the gap should be large, got {b:.2e}. Permute the tokens first, then add the "
+            "encoding: the positions stay where they are while the tokens move."
+        )
     return CORRECT

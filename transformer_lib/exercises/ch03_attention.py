@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 03 attention."""
+"""Checkers for the exercises of the attention chapter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._common import _TODO, CORRECT, _close, _shape
+from ._common import _TODO, CORRECT, _close, _number, _shape
 
-__all__ = ["check_attention", "check_split", "check_score_std"]
+__all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
 
 
 def check_attention(fn) -> str:
@@ -62,4 +62,32 @@ def check_score_std(fn: Callable[[int], float]) -> str:
             return "That is after scaling. Before dividing by sqrt(d_k), the spread grows with d_k."
         if abs(got - math.sqrt(d)) > 1e-6:
             return f"For d_k={d} expected {math.sqrt(d):.4g}, got {got}."
+    return CORRECT
+
+
+def check_scaling_gradient(fn) -> str:
+    """Experiment: fn(d_k, scale) measures the mean gradient norm that reaches the scores through the softmax.
+
+    Scaled by 1/sqrt(d_k) the scores keep unit spread and the gradient stays about the same at any
+    width; unscaled, wide heads saturate the softmax and the gradient through it shrinks.
+    """
+    results = {}
+    for d_k in (4, 256):
+        for scale in (True, False):
+            got = fn(d_k, scale)
+            if got is None:
+                return _TODO
+            value = _number(got)
+            if value is None:
+                return f"Return the mean gradient norm as a number, got {type(got).__name__}."
+            if value <= 0:
+                return "The gradient norm is zero: make the scores a leaf (requires_grad) and call backward on a loss."
+            results[d_k, scale] = value
+    if abs(results[256, True] / results[4, True] - 1) > 0.4:
+        return "With scaling the gradient should hardly change between d_k=4 and d_k=256: divide by sqrt(d_k)."
+    if results[256, False] > 0.5 * results[256, True]:
+        return (
+            "Without scaling at d_k=256 the gradient should be much smaller than with it. Are the queries and "
+            "keys drawn with unit variance, and do you skip the division when scale is False?"
+        )
     return CORRECT

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 04 masks."""
+"""Checkers for the exercises of the masks chapter."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 
 from ..masks import causal_mask, padding_mask, target_mask
-from ._common import _TODO, CORRECT, _shape
+from ._common import _TODO, CORRECT, _number, _shape
 
-__all__ = ["check_padding_mask", "check_target_mask", "check_masks_needed"]
+__all__ = ["check_padding_mask", "check_target_mask", "check_masks_needed", "check_padding_ablation"]
 
 
 def check_padding_mask(fn) -> str:
@@ -68,4 +68,26 @@ def check_masks_needed(fn: Callable[[str], set]) -> str:
             if family == "decoder-only" and "causal" not in got:
                 return "A language model must not see the future: it needs the causal mask."
             return f"For {family} expected {sorted(want)}, got {sorted(got)}."
+    return CORRECT
+
+
+def check_padding_ablation(fn) -> str:
+    """Experiment: fn(use_mask) measures how much the real tokens' outputs move when padding is appended.
+
+    With the padding mask the padded keys get no weight and nothing moves; without it, the real
+    tokens attend to the padding and their outputs change.
+    """
+    masked, unmasked = fn(True), fn(False)
+    if masked is None or unmasked is None:
+        return _TODO
+    a, b = _number(masked), _number(unmasked)
+    if a is None or b is None:
+        return f"Return the largest change as a number, got {type(masked).__name__} and {type(unmasked).__name__}."
+    if a > 1e-4:
+        return (
+            f"With the padding mask the real tokens should not move, got {a:.2e}. Compare only the real "
+            "positions, in eval mode, and mask the padded keys (tl.padding_mask)."
+        )
+    if b < 1e-3:
+        return f"Without the mask the real tokens should move, got {b:.2e}. Pass mask=None in that run."
     return CORRECT

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 05 feed-forward and layer norm."""
+"""Checkers for the exercises of the feed-forward, residual and layer-norm chapter."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from ..layers import LayerNorm
-from ._common import _TODO, CORRECT, _close, _shape
+from ._common import _TODO, CORRECT, _close, _number, _shape
 
-__all__ = ["check_layer_norm", "check_pre_ln", "check_batch_norm_mean"]
+__all__ = ["check_layer_norm", "check_pre_ln", "check_batch_norm_mean", "check_depth_growth"]
 
 
 def check_layer_norm(fn) -> str:
@@ -69,3 +69,25 @@ def check_batch_norm_mean(fn) -> str:
     if not isinstance(result, torch.Tensor) or tuple(result.shape) != (6,):
         return f"Expected one mean per feature, shape (6,), got {_shape(result)}."
     return CORRECT if _close(result, x.mean(dim=(0, 1))) else "Right shape, wrong values: mean over dims (0, 1)."
+
+
+def check_depth_growth(fn) -> str:
+    """Experiment: fn(num_layers) measures the output std of a pre-LN stack without a final norm.
+
+    Nothing normalises the residual stream of such a stack, and every layer adds to it, so the
+    output's spread grows with depth; a final LayerNorm would hold it at one.
+    """
+    shallow, deep = fn(1), fn(24)
+    if shallow is None or deep is None:
+        return _TODO
+    a, b = _number(shallow), _number(deep)
+    if a is None or b is None:
+        return f"Return the standard deviation as a number, got {type(shallow).__name__} and {type(deep).__name__}."
+    if abs(a - 1) < 0.02 and abs(b - 1) < 0.02:
+        return "Both are 1: the output is still normalised. Build a pre-LN stack (norm_first=True), final_norm=False."
+    if b < 1.3 * a:
+        return (
+            f"The deep stack's output should spread clearly more than the shallow one's, got {a:.2f} and "
+            f"{b:.2f}. Use norm_first=True (pre-LN) and feed unit-variance inputs."
+        )
+    return CORRECT

@@ -5,16 +5,9 @@ from __future__ import annotations
 import math
 
 from ..training import noam_rate, smoothing_floor
-from ._common import _TODO, CORRECT
+from ._common import _TODO, CORRECT, _number
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
-
-
-def _number(x) -> float | None:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def check_noam(fn) -> str:

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 06 encoder."""
+"""Checkers for the exercises of the encoder chapter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import torch
 
 from ..encoder import EncoderLayer
 from ..masks import padding_mask
-from ._common import _TODO, CORRECT, _close, _shape
+from ..training import classification_accuracy
+from ._common import _TODO, CORRECT, _close, _number, _shape
 
-__all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool"]
+__all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation"]
 
 
 def check_mean_pool(fn) -> str:
@@ -63,3 +64,50 @@ def check_first_pool(fn) -> str:
     if _close(result, hidden.mean(1)):
         return "That is mean pooling. Take position 0 only."
     return CORRECT if _close(result, hidden[:, 0]) else "Not quite: index hidden[:, 0]."
+
+
+def _accuracy_without_head(model, x, y, layer: int, head: int) -> float:
+    """Accuracy of an encoder-only model with one self-attention head's output zeroed."""
+    attn = model.encoder.layers[layer].self_attn
+    d_k = attn.d_model // attn.num_heads
+    weight = attn.out_proj.weight  # (d_model, d_model): column block `head` reads that head's output
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight[:, head * d_k : (head + 1) * d_k] = 0.0
+        accuracy = classification_accuracy(model, x, y)
+        weight.copy_(saved)
+    return accuracy
+
+
+def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
+    """Experiment: fn(model, x, y, layer, head) measures the accuracy with that head switched off.
+
+    The checker switches the same heads off itself, compares the accuracies, and checks that the
+    model is left as it was found.
+    """
+    device = next(model.parameters()).device
+    x, y = x.to(device), y.to(device)
+    before = [p.detach().clone() for p in model.parameters()]
+    model.eval()
+    for layer, head in ((0, 0), (len(model.encoder.layers) - 1, model.encoder.layers[-1].self_attn.num_heads - 1)):
+        got = fn(model, x, y, layer, head)
+        if got is None:
+            return _TODO
+        if any(not torch.equal(a, b) for a, b in zip(before, model.parameters())):
+            for p, b in zip(model.parameters(), before):
+                with torch.no_grad():
+                    p.copy_(b)
+            return "Your experiment changed the model's weights: put the head back after measuring."
+        value = _number(got)
+        if value is None:
+            return f"Return the accuracy as a number, got {type(got).__name__}."
+        want = _accuracy_without_head(model, x, y, layer, head)
+        if abs(value - want) > 1.5 / len(y):  # one borderline example may round the other way
+            full = classification_accuracy(model, x, y)
+            if abs(value - full) < 1e-9:
+                return f"That is the accuracy with every head on ({full:.4f}): zero the head's output first."
+            return (
+                f"Layer {layer}, head {head}: expected accuracy {want:.4f} with the head off, got {value:.4f}. "
+                "Zero the head's d_k columns of out_proj.weight, the part that reads its output."
+            )
+    return CORRECT

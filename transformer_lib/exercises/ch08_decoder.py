@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 07 decoder."""
+"""Checkers for the exercises of the decoder chapter."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from ._common import _TODO, CORRECT, _shape
+from ._common import _TODO, CORRECT, _number, _shape
 
-__all__ = ["check_sample", "check_windows", "check_kv_cache_bytes"]
+__all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
 
 
 def check_sample(fn) -> str:
@@ -64,4 +64,29 @@ def check_kv_cache_bytes(fn) -> str:
             return "That counts numbers, not bytes: multiply by bytes_per_value."
         if got != want:
             return f"For {case} expected {want:,} bytes, got {got:,}."
+    return CORRECT
+
+
+def check_future_leak(fn) -> str:
+    """Experiment: fn(causal) measures how much the logits at earlier positions move when a later token changes.
+
+    With the causal mask an earlier position cannot see the change; without it, it can, which is
+    exactly the leak that would let a language model copy the next token during training.
+    """
+    masked, unmasked = fn(True), fn(False)
+    if masked is None or unmasked is None:
+        return _TODO
+    a, b = _number(masked), _number(unmasked)
+    if a is None or b is None:
+        return f"Return the largest change as a number, got {type(masked).__name__} and {type(unmasked).__name__}."
+    if a > 1e-5:
+        return (
+            f"With the causal mask the earlier positions should not move, got {a:.2e}. Compare only positions "
+            "before the token you change, in eval mode."
+        )
+    if b < 1e-3:
+        return (
+            f"Without the mask the earlier positions should move, got {b:.2e}. Run the decoder with "
+            "tgt_mask=None in that case, and change a token after the positions you compare."
+        )
     return CORRECT

@@ -1,12 +1,12 @@
-"""Checkers for the exercises of chapter 08 the full Transformer."""
+"""Checkers for the exercises of the encoder-decoder chapter."""
 
 from __future__ import annotations
 
 import torch
 
-from ._common import _TODO, CORRECT, _shape
+from ._common import _TODO, CORRECT, _number, _shape
 
-__all__ = ["check_shift", "check_greedy", "check_loss_positions"]
+__all__ = ["check_shift", "check_greedy", "check_loss_positions", "check_memory_ablation"]
 
 
 def check_shift(fn) -> str:
@@ -57,3 +57,44 @@ def check_loss_positions(fn) -> str:
     if torch.equal(result, want & (labels != 2)):
         return "The <eos> label is counted too: the model must learn when to stop."
     return CORRECT if torch.equal(result, want) else "Not quite: every position whose label is not pad_id."
+
+
+@torch.no_grad()
+def _teacher_forced_accuracy(model, src: torch.Tensor, tgt: torch.Tensor, ablate: bool) -> float:
+    """Fraction of non-pad target tokens predicted right under teacher forcing; ablate zeroes the encoder output."""
+    src_mask = model.make_src_mask(src)
+    memory = model.encode(src, src_mask)  # (B, S, d_model)
+    if ablate:
+        memory = torch.zeros_like(memory)
+    logits = model.decode(tgt[:, :-1], memory, src_mask)  # (B, T-1, V)
+    labels = tgt[:, 1:]  # (B, T-1)
+    real = labels != model.pad_id
+    return float((logits.argmax(-1) == labels)[real].float().mean())
+
+
+def check_memory_ablation(fn, model, src: torch.Tensor, tgt: torch.Tensor) -> str:
+    """Experiment: fn(model, src, tgt, ablate) measures teacher-forced token accuracy.
+
+    With ablate=True the encoder output (memory) is replaced by zeros.
+
+    The checker measures both itself and compares.
+    """
+    device = next(model.parameters()).device
+    src, tgt = src.to(device), tgt.to(device)
+    model.eval()
+    for ablate in (False, True):
+        got = fn(model, src, tgt, ablate)
+        if got is None:
+            return _TODO
+        value = _number(got)
+        if value is None:
+            return f"Return the accuracy as a number, got {type(got).__name__}."
+        want = _teacher_forced_accuracy(model, src, tgt, ablate)
+        if abs(value - want) > 1e-6:
+            if ablate and abs(value - _teacher_forced_accuracy(model, src, tgt, False)) < 1e-6:
+                return "With ablate=True nothing changed: replace the encoder's output (memory) by zeros."
+            return (
+                f"With ablate={ablate} expected a token accuracy of {want:.4f}, got {value:.4f}. Feed tgt[:, :-1], "
+                "compare the argmax with tgt[:, 1:], and count only positions that are not padding."
+            )
+    return CORRECT
