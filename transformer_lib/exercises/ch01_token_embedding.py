@@ -64,7 +64,9 @@ def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
 
 
 def check_scale_ratio(fn) -> str:
-    """Experiment: fn(d_model) measures |sqrt(d) * embedding| / |positional encoding| for nn.Embedding's N(0, 1) start.
+    """Experiment: fn(d_model) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start.
+
+    The ratio is the mean norm of sqrt(d) * embedding over the mean norm of the positional encoding.
 
     A row of N(0, 1) entries has norm about sqrt(d); times sqrt(d) that is d. Every sinusoidal row
     has norm sqrt(d / 2). So the measured ratio must come out near sqrt(2 d).

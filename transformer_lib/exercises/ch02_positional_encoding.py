@@ -75,7 +75,9 @@ def check_wavelength(fn: Callable[[int, int], float]) -> str:
 
 
 def check_permutation_gap(fn) -> str:
-    """Experiment: fn(use_pe) measures max |layer(x permuted) - layer(x) permuted| for an encoder layer.
+    """Experiment: fn(use_pe) measures how far an encoder layer is from permutation-equivariant.
+
+    The gap is the largest difference between layer(permuted x) and the permuted layer(x).
 
     Without a positional encoding self-attention cannot see order, so the gap is rounding noise;
     with one added to x before the layer, permuting the tokens changes what each one computes.
