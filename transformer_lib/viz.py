@@ -25,6 +25,8 @@ __all__ = [
     "plot_architecture",
     "plot_dataflow",
     "plot_training_curves",
+    "plot_curves",
+    "plot_distribution",
     "plot_residual_wiring",
     "plot_head_split",
     "plot_kv_cache",

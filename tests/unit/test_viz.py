@@ -188,3 +188,7 @@ def test_distribution_draws_one_bar_per_class_at_its_probability():
         viz.plot_distribution(torch.rand(2, 3))
     with pytest.raises(ValueError, match="3 labels for 4"):
         viz.plot_distribution(probs, labels=list("abc"))
+
+
+def test_every_figure_the_package_exports_is_public_in_viz():
+    assert set(tl._VIZ) == set(viz.__all__)
