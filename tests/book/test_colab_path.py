@@ -1,7 +1,9 @@
-"""A learner's first cell on Colab: a bare environment with only torch and ipykernel.
+"""A learner's first cells on Colab, in an environment that looks like Colab's.
 
-The notebook's own setup cell must install transformer_lib (from a local path standing in for the
-git URL) and the whole notebook must then run in that environment.
+Colab comes with torch, matplotlib, tqdm and ipywidgets 7.7 already installed and imported. The
+setup cell must install transformer_lib (from a local path standing in for the git URL) without
+touching those, since changing a package Colab has already imported asks for a runtime restart.
+Then the template and the positional-encoding chapter, whose explorer uses ipywidgets, must run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "00_template.ipynb"
+NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "02_positional_encoding.ipynb"]
+COLAB = ["torch==2.13.0", "ipykernel", "ipywidgets==7.7.1", "matplotlib==3.10.0", "tqdm"]  # there before the learner
+WATCHED = ("torch", "ipywidgets", "matplotlib", "tqdm")
 
 pytestmark = pytest.mark.slow
 
@@ -24,30 +28,47 @@ def _run(*args, **kwargs):
     return subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True, timeout=900, **kwargs)
 
 
-def test_setup_cell_installs_the_package_then_the_notebook_runs(tmp_path, monkeypatch):
+def _versions(python: Path, cwd: Path) -> dict[str, str]:
+    frozen = _run(python, "-m", "pip", "list", "--format=freeze", cwd=cwd).stdout.lower().splitlines()
+    found = dict(line.split("==", 1) for line in frozen if "==" in line)
+    return {name: found.get(name) for name in WATCHED}
+
+
+def _execute(path: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    NotebookClient(nb, kernel_name=kernel, timeout=600, resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_runs(tmp_path, monkeypatch):
     venv = tmp_path / "colab"
     _run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    _run(python, "-m", "pip", "install", "--quiet", "torch==2.13.0", "ipykernel", "-c", ROOT / "constraints.txt")
+    _run(python, "-m", "pip", "install", "--quiet", *COLAB)
     # run from tmp_path: from the repository root, `python -c` would import the source tree itself
     probe = subprocess.run([str(python), "-c", "import transformer_lib"], capture_output=True, cwd=tmp_path)
-    assert probe.returncode != 0, "the bare environment must not have transformer_lib yet"
+    assert probe.returncode != 0, "the Colab-like environment must not have transformer_lib yet"
+    before = _versions(python, tmp_path)
+    assert before["ipywidgets"] == "7.7.1" and before["matplotlib"] == "3.10.0"
 
     _run(python, "-m", "ipykernel", "install", "--prefix", tmp_path / "jupyter", "--name", "colab-sim")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter" / "share" / "jupyter"))
     monkeypatch.setenv("TRANSFORMER_LIB_SOURCE", str(ROOT))
-    monkeypatch.setenv("PIP_CONSTRAINT", str(ROOT / "constraints.txt"))
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)  # Colab has no constraints file
 
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    NotebookClient(nb, kernel_name="colab-sim", timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    executed = [_execute(path, "colab-sim", tmp_path) for path in NOTEBOOKS]
 
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors
-    installed = subprocess.run([str(python), "-c", "import transformer_lib, sys; print(transformer_lib.__file__)"],
-                               capture_output=True, text=True, check=True, cwd=tmp_path)  # fmt: skip
-    assert str(venv) in installed.stdout, "the setup cell must have installed the package into the bare environment"
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    for path, nb in zip(NOTEBOOKS, executed):
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, f"{path.name}: {[e.ename + ': ' + e.evalue for e in errors]}"
+    assert _versions(python, tmp_path) == before, "the setup cell changed a package Colab had already imported"
+    installed = _run(python, "-c", "import transformer_lib, sys; print(transformer_lib.__file__)", cwd=tmp_path)
+    assert str(venv) in installed.stdout, "the setup cell must have installed the package into the environment"
+    printed = "".join(o.get("text", "") for c in executed[0].cells if c.cell_type == "code" for o in c.outputs)
     assert "our causal mask equals tl.causal_mask: True" in printed
+    widgets = [o for c in executed[1].cells if c.cell_type == "code" for o in c.outputs
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]  # fmt: skip
+    assert widgets, "the positional-encoding explorer displayed no widget under ipywidgets 7.7.1"
