@@ -17,7 +17,8 @@ help:
 	@echo "make book      build the website into _build/html"
 	@echo "make test      everything: lint, all unit tests, notebook rules, every notebook under nbval"
 	@echo "               (twice: here and on other CPU kernels), strict book build, browser tests"
-	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh"
+	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh, then"
+	@echo "               rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
 	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
 	@echo "make lock      re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
@@ -46,6 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/setup_cell.py
+	$(BIN)/python tools/plain_notebooks.py
 
 unit: $(STAMP)
 	$(PYTEST) tests/unit
@@ -78,6 +80,7 @@ execute: $(STAMP)
 		echo "executing $$nb"; \
 		$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=300 "$$nb" || exit 1; \
 	done
+	$(BIN)/python tools/plain_notebooks.py --write
 
 student: $(STAMP)
 	$(BIN)/python tools/student_edition.py --out _build/student

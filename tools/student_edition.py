@@ -7,7 +7,9 @@ In each notebook:
 - exercise stubs (`exercise` tag) raise a friendly `tl.NotYetDone` instead of returning None;
 - checker cells get the `raises-exception` tag, so running the notebook top to bottom goes on past
   an unfinished exercise;
-- outputs and execution counts are cleared.
+- outputs and execution counts are cleared;
+- like the copies for Colab, the markdown has no MyST syntax (tools/plain_notebooks.py), since
+  students open these files in Jupyter or on Colab.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import sys
 from pathlib import Path
 
 import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plain_notebooks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_DROPDOWN = re.compile(r"```\{admonition\} Solution.*?\n```\n?", re.S)
@@ -54,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
+    bib = plain_notebooks.bibliography()
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        nbformat.write(student_notebook(nbformat.read(path, as_version=4)), out / path.name)
+        plain = plain_notebooks.plain_notebook(nbformat.read(path, as_version=4), bib)
+        nbformat.write(student_notebook(plain), out / path.name)
         print(f"wrote {(out / path.name).relative_to(args.out.parent) if args.out.is_absolute() else out / path.name}")
     return 0
 

@@ -3,6 +3,8 @@
 - sphinx-thebe injects its configuration script twice, which throws "Identifier 'THEBE_JS_URL'
   has already been declared" on every page. Thebe is off in this book (launch buttons cover live
   use), so its scripts are dropped from every page.
+- Colab cannot render MyST, so a notebook page's Colab button opens the plain copy of the notebook
+  in colab/ (written by tools/plain_notebooks.py from the same source) instead of notebooks/.
 """
 
 from __future__ import annotations
@@ -20,6 +22,22 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
         context["script_files"] = [s for s in scripts if not _is_thebe(s)]
 
 
+def _colab_opens_the_plain_copy(app, pagename, templatename, context, doctree) -> None:
+    def visit(node):
+        if isinstance(node, dict):
+            url = node.get("url")
+            if isinstance(url, str) and "colab.research.google.com" in url and "/notebooks/" in url:
+                node["url"] = url.replace("/notebooks/", "/colab/", 1)
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item)
+
+    visit(context.get("header_buttons", []))
+
+
 def setup(app):
     app.connect("html-page-context", _drop_thebe, priority=900)
+    app.connect("html-page-context", _colab_opens_the_plain_copy, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -13,6 +13,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+import plain_notebooks  # noqa: E402
 import student_edition  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -23,6 +24,11 @@ def edition(tmp_path_factory):
     out = tmp_path_factory.mktemp("student")
     assert student_edition.main(["--out", str(out)]) == 0
     return out / "notebooks"
+
+
+def _teacher(path):
+    """The tested notebook as the student edition starts from it: its plain form, without MyST."""
+    return plain_notebooks.plain_notebook(nbformat.read(path, as_version=4), plain_notebooks.bibliography())
 
 
 def _solution_lines(nb) -> list[str]:
@@ -39,7 +45,7 @@ def _solution_lines(nb) -> list[str]:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_no_solution_leaks(edition, path):
-    teacher = nbformat.read(path, as_version=4)
+    teacher = _teacher(path)
     student = nbformat.read(edition / path.name, as_version=4)
     text = "\n".join(c.source for c in student.cells)
     assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
@@ -72,7 +78,7 @@ def test_student_notebook_is_the_tested_notebook_minus_its_solutions(edition, pa
     as the teacher's does, unless a kept cell reads a name that only a removed solution defined:
     that is checked here, with Python's own parser, instead of executing every notebook again.
     """
-    teacher = nbformat.read(path, as_version=4)
+    teacher = _teacher(path)
     student = nbformat.read(edition / path.name, as_version=4)
     kept = [c for c in teacher.cells if "solution" not in c.metadata.get("tags", [])]
     assert len(student.cells) == len(kept)

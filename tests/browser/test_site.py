@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from .checks import (
     toc_pages,
 )
 from .conftest import ARTIFACTS, SITE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.browser
 PAGES = toc_pages()
@@ -42,9 +45,11 @@ def test_page_renders_cleanly(page, site_url, path):
 def test_notebook_page_has_a_colab_link_to_its_notebook_on_main(page, site_url, path):
     _open(page, site_url, path)
     owner_repo = urllib.parse.urlparse(repository_url()).path.strip("/")
-    expected = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{path.replace('.html', '.ipynb')}"
+    plain_copy = path.replace("notebooks/", "colab/", 1).replace(".html", ".ipynb")  # tools/plain_notebooks.py
+    expected = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{plain_copy}"
     links = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
     assert expected in links, f"{path}: expected a Colab link {expected}, found {links}"
+    assert (ROOT / plain_copy).is_file(), f"the Colab link opens {plain_copy}, which the repository lacks"
 
 
 def test_search_finds_positional_encoding(page, site_url):

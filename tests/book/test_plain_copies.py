@@ -1,0 +1,74 @@
+"""The copies in colab/ read well where MyST is not rendered (Colab, GitHub) and match their source."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import plain_notebooks  # noqa: E402
+
+SOURCES = sorted((ROOT / "notebooks").glob("*.ipynb"))
+IDS = [p.name for p in SOURCES]
+BIB = plain_notebooks.bibliography()
+MYST = re.compile(r"```\{|\{[a-z]+(?::[a-z]+)?\}`|^:class:", re.M)  # directives, roles, directive options
+
+
+def _markdown(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "markdown"]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=IDS)
+def test_the_copy_is_current(path):
+    copy = plain_notebooks.OUT / path.name
+    assert copy.is_file(), f"colab/{path.name} is missing: run python tools/plain_notebooks.py --write"
+    assert copy.read_text() == plain_notebooks.expected(path, BIB), (
+        f"colab/{path.name} is stale: run python tools/plain_notebooks.py --write"
+    )
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=IDS)
+def test_no_myst_syntax_is_left_and_answers_are_collapsed(path):
+    source = nbformat.read(path, as_version=4)
+    copy = nbformat.read(plain_notebooks.OUT / path.name, as_version=4)
+    for text in _markdown(copy):
+        assert not MYST.search(text), f"colab/{path.name}: MyST syntax left in {text[:120]!r}"
+    answers = sum(t.count("{admonition} Answer") for t in _markdown(source))
+    assert answers >= 3 and "\n".join(_markdown(copy)).count("<summary>Answer</summary>") == answers
+    dollars = [t.count("$") for t in _markdown(source)]
+    kept = sum(t.count("$") for t in _markdown(copy) if not t.startswith("*Figure "))  # captions are new cells
+    assert sum(dollars) == kept, "math must survive the conversion"
+    figures = [c for c in source.cells if "figure" in c.metadata.get("mystnb", {})]
+    captions = [t for t in _markdown(copy) if t.startswith("*Figure ")]
+    assert len(captions) == len(figures), "every figure needs its caption under it"
+    solutions = [c for c in copy.cells if "solution" in c.metadata.get("tags", [])]
+    assert solutions and all(c.metadata.get("cellView") == "form" and c.source.startswith("#@title")
+                             for c in solutions)  # fmt: skip
+
+
+def test_conversion_of_each_construct():
+    figures, bib = {"fig-a": 1, "fig-b": 2}, {"k1": ("Vaswani et al.", "2017"), "k2": ("Ba et al.", "2016")}
+    text = ("See {numref}`fig-b` and {cite:p}`k1,k2`; {cite:t}`k1` said so.\n\n"
+            "```{admonition} Answer\n:class: dropdown\n\nYes, $x^2$.\n```\n\n"
+            "```{admonition} Pitfalls\n:class: warning\n\n- one\n- two\n```")  # fmt: skip
+    plain = plain_notebooks.plain_markdown(text, figures, bib)
+    assert "See Figure 2 and (Vaswani et al., 2017; Ba et al., 2016); Vaswani et al. (2017) said so." in plain
+    assert "<details>\n<summary>Answer</summary>\n\nYes, $x^2$.\n\n</details>" in plain
+    assert "> **Pitfalls**\n>\n> - one\n> - two" in plain
+    with pytest.raises(ValueError, match="not a figure"):
+        plain_notebooks.plain_markdown("{numref}`fig-z`", figures, bib)
+    with pytest.raises(ValueError, match="not in references.bib"):
+        plain_notebooks.plain_markdown("{cite:p}`nobody2020`", figures, bib)
+    with pytest.raises(ValueError, match="no plain form"):
+        plain_notebooks.plain_markdown("{eq}`one`", figures, bib)
+
+
+def test_the_bibliography_is_read_with_accents_and_et_al():
+    assert BIB["vaswani2017attention"] == ("Vaswani et al.", "2017")
+    assert BIB["press2017using"] == ("Press and Wolf", "2017")
+    assert BIB["muller2019does"][0] == "Müller et al."

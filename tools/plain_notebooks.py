@@ -1,0 +1,147 @@
+"""Write the chapter notebooks as Colab and GitHub show them best: no MyST syntax, same content.
+
+    python tools/plain_notebooks.py          # check: exit 1 and list copies that are missing or stale
+    python tools/plain_notebooks.py --write  # (re)write colab/*.ipynb from notebooks/*.ipynb
+
+The website renders MyST (admonitions, dropdowns, numbered references, citations); Colab and GitHub
+show it as raw text. The copies in colab/ carry the same cells and outputs, with:
+
+- quiz answers (dropdown admonitions) as HTML <details>, collapsed until clicked;
+- other admonitions (the pitfalls boxes) as block quotes with a bold title;
+- each figure's caption in a markdown cell under it, numbered, and {numref} as "Figure N";
+- {cite:p} and {cite:t} as author-year text from references.bib;
+- solution cells in Colab's form view (hidden until opened), as JupyterLab hides them already.
+
+The notebooks in notebooks/ stay the one source; a test checks that the copies are current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "colab"
+ADMONITION = re.compile(
+    r"```\{admonition\}[ \t]*(?P<title>[^\n]*)\n"  # the directive and its title
+    r"(?P<options>(?::[a-z]+:[^\n]*\n)*)\n?"  # its options, such as :class: dropdown
+    r"(?P<body>.*?)\n```",
+    re.S,
+)
+ROLE = re.compile(r"\{(?P<role>[a-z]+(?::[a-z]+)?)\}`(?P<target>[^`]+)`")
+ACCENTS = {'{\\"u}': "ü", '{\\"o}': "ö", '{\\"a}': "ä", "{\\'e}": "é", "{\\`e}": "è"}
+
+
+def bibliography(path: Path = ROOT / "references.bib") -> dict[str, tuple[str, str]]:
+    """key -> (authors as cited, year), e.g. 'vaswani2017attention' -> ('Vaswani et al.', '2017')."""
+    text = path.read_text()
+    for latex, char in ACCENTS.items():
+        text = text.replace(latex, char)
+    entries = {}
+    for match in re.finditer(r"@\w+\{(?P<key>[^,\s]+),(?P<body>.*?)\n\}", text, re.S):
+        body = match["body"]
+        author = re.search(r"author\s*=\s*\{(.*?)\},?\s*\n", body, re.S)
+        year = re.search(r"year\s*=\s*\{?(\d{4})", body)
+        if not (author and year):
+            continue
+        names = [n.strip() for n in re.split(r"\s+and\s+", author.group(1).replace("\n", " "))]
+        last = [n.split(",")[0].strip().strip("{}") for n in names]
+        cited = last[0] if len(last) == 1 else f"{last[0]} and {last[1]}" if len(last) == 2 else f"{last[0]} et al."
+        entries[match["key"]] = (cited, year.group(1))
+    return entries
+
+
+def _figures(nb) -> dict[str, int]:
+    """Figure name -> its number in this notebook, in order of appearance."""
+    names = [c.metadata["mystnb"]["figure"]["name"] for c in nb.cells
+             if c.cell_type == "code" and "figure" in c.metadata.get("mystnb", {})]  # fmt: skip
+    return {name: i + 1 for i, name in enumerate(names)}
+
+
+def _admonition(match: re.Match) -> str:
+    title = match["title"].strip() or "Note"
+    body = match["body"].strip("\n")
+    if ":class: dropdown" in match["options"]:
+        return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
+    quoted = "\n".join(f"> {line}" if line else ">" for line in body.split("\n"))
+    return f"> **{title}**\n>\n{quoted}"
+
+
+def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str, str]]) -> str:
+    """One markdown cell without MyST syntax."""
+    text = ADMONITION.sub(_admonition, text)
+
+    def role(match: re.Match) -> str:
+        kind, target = match["role"], match["target"]
+        if kind == "numref":
+            if target not in figures:
+                raise ValueError(f"{{numref}} to {target!r}, which is not a figure of this notebook")
+            return f"Figure {figures[target]}"
+        if kind in ("cite:p", "cite:t"):
+            keys = [k.strip() for k in target.split(",")]
+            missing = [k for k in keys if k not in bib]
+            if missing:
+                raise ValueError(f"citation keys not in references.bib: {missing}")
+            if kind == "cite:t":
+                return "; ".join(f"{bib[k][0]} ({bib[k][1]})" for k in keys)
+            return "(" + "; ".join(f"{bib[k][0]}, {bib[k][1]}" for k in keys) + ")"
+        if kind == "doc":
+            return target.split("/")[-1].replace("_", " ")
+        raise ValueError(f"no plain form for the role {{{kind}}}")
+
+    return ROLE.sub(role, text)
+
+
+def plain_notebook(nb, bib: dict[str, tuple[str, str]]):
+    """A converted copy of one notebook (the argument is left unchanged)."""
+    nb = nbformat.from_dict(nb)  # a deep copy
+    figures = _figures(nb)
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = plain_markdown(cell.source, figures, bib)
+        cells.append(cell)
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            cell.metadata["cellView"] = "form"  # Colab: show the title, hide the code until opened
+            if not cell.source.startswith("#@title"):
+                cell.source = "#@title Solution (double-click to show the code)\n" + cell.source
+        figure = cell.metadata.get("mystnb", {}).get("figure") if cell.cell_type == "code" else None
+        if figure:
+            caption = nbformat.v4.new_markdown_cell(f"*Figure {figures[figure['name']]}. {figure['caption']}*")
+            caption.id = f"{cell.id}-caption"[:64]
+            cells.append(caption)
+    nb.cells = cells
+    return nb
+
+
+def expected(path: Path, bib: dict[str, tuple[str, str]]) -> str:
+    """The exact text the copy of notebook `path` must have."""
+    return nbformat.writes(plain_notebook(nbformat.read(path, as_version=4), bib)) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write the copies instead of checking them")
+    args = parser.parse_args()
+    bib = bibliography()
+    stale = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        target = OUT / path.name
+        text = expected(path, bib)
+        if args.write:
+            OUT.mkdir(exist_ok=True)
+            target.write_text(text)
+        elif not target.is_file() or target.read_text() != text:
+            stale.append(target.relative_to(ROOT).as_posix())
+    if stale:
+        print("stale or missing copies (run python tools/plain_notebooks.py --write):", *stale, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
