@@ -3,8 +3,9 @@
 - sphinx-thebe injects its configuration script twice, which throws "Identifier 'THEBE_JS_URL'
   has already been declared" on every page. Thebe is off in this book (launch buttons cover live
   use), so its scripts are dropped from every page.
-- Colab cannot render MyST, so a notebook page's Colab button opens the plain copy of the notebook
-  in colab/ (written by tools/plain_notebooks.py from the same source) instead of notebooks/.
+- Colab and a plain JupyterLab cannot render MyST, so a notebook page's Colab and Binder buttons
+  open the plain copy of the notebook in colab/ (written by tools/plain_notebooks.py from the same
+  source) instead of notebooks/.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def _colab_opens_the_plain_copy(app, pagename, templatename, context, doctree) -
             url = node.get("url")
             if isinstance(url, str) and "colab.research.google.com" in url and "/notebooks/" in url:
                 node["url"] = url.replace("/notebooks/", "/colab/", 1)
+            elif isinstance(url, str) and "mybinder.org" in url and "tree/notebooks/" in url:
+                node["url"] = url.replace("tree/notebooks/", "tree/colab/", 1)  # JupyterLab on Binder
             for value in node.values():
                 visit(value)
         elif isinstance(node, list):

@@ -50,6 +50,8 @@ def test_notebook_page_has_a_colab_link_to_its_notebook_on_main(page, site_url, 
     links = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
     assert expected in links, f"{path}: expected a Colab link {expected}, found {links}"
     assert (ROOT / plain_copy).is_file(), f"the Colab link opens {plain_copy}, which the repository lacks"
+    binder = page.eval_on_selector_all("a[href*='mybinder.org']", "els => els.map(e => e.href)")
+    assert any(f"urlpath=tree/{plain_copy}" in link for link in binder), f"{path}: Binder links {binder}"
 
 
 def test_search_finds_positional_encoding(page, site_url):
