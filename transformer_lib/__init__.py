@@ -35,7 +35,7 @@ from .exercises import NotYetDone
 from .interop import from_torch, load_from_torch, load_into_torch, to_torch
 from .layers import FeedForward, LayerNorm
 from .masks import causal_mask, combine_masks, from_torch_convention, padding_mask, target_mask, to_torch_convention
-from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer
+from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer, nucleus
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
 from .training import (
     History,
@@ -119,6 +119,7 @@ __all__ = [
     "EncoderClassifier",
     "EncoderRegressor",
     "DecoderOnlyLM",
+    "nucleus",
     # torch.nn interop
     "from_torch",
     "to_torch",

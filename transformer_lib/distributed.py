@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=16, help="global batch: all processes together")
     parser.add_argument("--backend", default="gloo", help="gloo (CPU, any machine) or nccl (one GPU per process)")
-    parser.add_argument("--save-grads", default=None, help="save rank 0's averaged gradients after one step, then stop")
+    parser.add_argument(
+        "--save-grads", default=None, help="save rank 0's averaged gradients after one backward pass, then stop"
+    )
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error("run me under torchrun: torchrun --standalone --nproc_per_node=2 -m transformer_lib.distributed")

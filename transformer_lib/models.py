@@ -13,7 +13,7 @@ from .encoder import Encoder
 from .masks import causal_mask, padding_mask, target_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
-__all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegressor", "DecoderOnlyLM"]
+__all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegressor", "DecoderOnlyLM", "nucleus"]
 
 
 def _positional(cfg: TransformerConfig) -> nn.Module:
@@ -43,22 +43,51 @@ def _check_2d(tokens: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} must be a (B, S) tensor of token ids, got {shape}")
 
 
-def _sample_next(
-    logits: torch.Tensor, temperature: float, top_k: int | None, rng: torch.Generator | None
-) -> torch.Tensor:
-    """(B, V) logits of the last position -> (B, 1) next ids: argmax if temperature == 0, else sampled."""
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def _sample_next(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    rng: torch.Generator | None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """(B, V) logits of the last position -> (B, 1) next ids: argmax if temperature == 0, else sampled.
+
+    top_k keeps the k likeliest tokens; top_p (nucleus sampling) keeps the smallest set of likeliest
+    tokens whose probabilities add up to at least top_p. Both may be given; the rest get zero.
+    """
+    _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     logits = logits / temperature
     if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        logits = logits.masked_fill(~nucleus(logits, top_p), float("-inf"))
     probs = logits.softmax(dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=rng)  # (B, 1)
+
+
+def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(..., V) logits -> (..., V) bool, True for the tokens top-p sampling keeps.
+
+    The kept set is the smallest group of likeliest tokens whose probabilities sum to at least
+    top_p; the likeliest token is always kept.
+    """
+    _check_sampling(0.0, None, top_p)
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)  # (..., V) each
+    before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the likelier tokens
+    keep_sorted = before < top_p  # a token is kept while the mass before it is short of top_p
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
 
 
 class Transformer(nn.Module):
@@ -156,6 +185,65 @@ class Transformer(nn.Module):
             if bool(done.all()):
                 break
         return out
+
+    @torch.no_grad()
+    def beam_search(
+        self,
+        src: torch.Tensor,
+        bos_id: int,
+        eos_id: int,
+        max_new_tokens: int,
+        beam_size: int = 4,
+        length_penalty: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) -> (ids (B, 1 + n), log-probabilities (B,)): the best hypothesis per row.
+
+        Each row keeps the `beam_size` likeliest partial outputs. A hypothesis that emits EOS is
+        finished; the search for a row ends when it has `beam_size` finished ones, or none left
+        alive, or after max_new_tokens. Finished hypotheses are ranked by log-probability divided
+        by (number of generated tokens) ** length_penalty (0: no normalisation; 1: per token).
+        Rows are laid out as greedy_decode's (BOS first, padding after EOS), and beam_size=1
+        gives greedy decoding.
+        """
+        _check_2d(src, "src")
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        src_mask = self.make_src_mask(src)  # (B, 1, 1, S)
+        memory = self.encode(src, src_mask)  # (B, S, d_model)
+        best_rows, best_scores = [], []
+        for b in range(src.shape[0]):
+            beams = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t): alive hypotheses
+            scores = torch.zeros(1, device=src.device)  # (n,) their log-probabilities
+            finished: list[tuple[float, torch.Tensor, float]] = []  # (rank, ids, log-probability)
+            for _ in range(max_new_tokens):
+                n = beams.shape[0]
+                logits = self.decode(beams, memory[b : b + 1].expand(n, -1, -1), src_mask[b : b + 1])[:, -1]  # (n, V)
+                candidates = (logits.log_softmax(dim=-1) + scores[:, None]).flatten()  # (n * V,)
+                top = candidates.topk(min(beam_size, candidates.numel()))
+                V = logits.shape[-1]
+                alive, alive_scores = [], []
+                for value, index in zip(top.values.tolist(), top.indices.tolist()):
+                    seq = torch.cat([beams[index // V], beams.new_tensor([index % V])])  # (t + 1,)
+                    if index % V == eos_id:
+                        finished.append((value / (seq.numel() - 1) ** length_penalty, seq, value))
+                    else:
+                        alive.append(seq)
+                        alive_scores.append(value)
+                if not alive or len(finished) >= beam_size:
+                    break
+                beams, scores = torch.stack(alive), scores.new_tensor(alive_scores)  # (n', t + 1), (n',)
+            if not finished:  # nothing ended within max_new_tokens: rank the hypotheses still alive
+                finished = [(v / (seq.numel() - 1) ** length_penalty, seq, v) for seq, v in zip(beams, scores.tolist())]
+            _, seq, logp = max(finished, key=lambda f: f[0])
+            best_rows.append(seq)
+            best_scores.append(logp)
+        width = max(row.numel() for row in best_rows)
+        out = torch.full((len(best_rows), width), self.pad_id, dtype=torch.long, device=src.device)  # (B, 1 + n)
+        for b, row in enumerate(best_rows):
+            out[b, : row.numel()] = row
+        return out, torch.tensor(best_scores, device=src.device)
 
 
 class EncoderOnlyModel(nn.Module):
@@ -259,14 +347,17 @@ class DecoderOnlyLM(nn.Module):
         top_k: int | None = None,
         use_cache: bool = True,
         rng: torch.Generator | None = None,
+        top_p: float | None = None,
     ) -> torch.Tensor:
-        """prompt (B, T0) -> (B, T0 + max_new_tokens). temperature=0 is greedy; top_k keeps the k likeliest.
+        """prompt (B, T0) -> (B, T0 + max_new_tokens). temperature=0 is greedy; top_k keeps the k likeliest,
+        top_p the smallest set of likeliest tokens with probability at least top_p (nucleus sampling).
 
         With use_cache, earlier keys and values are kept, so each step feeds one token. rng: a
         torch.Generator on the model's device, for samples that repeat.
         """
         _check_2d(prompt, "prompt")
         check_token_ids(prompt, self.config.vocab_size, "prompt")
+        _check_sampling(temperature, top_k, top_p)
         total = prompt.shape[1] + max_new_tokens
         if total > self.config.max_len:
             raise ValueError(
@@ -278,7 +369,7 @@ class DecoderOnlyLM(nn.Module):
         step_input = prompt
         for _ in range(max_new_tokens):
             logits = self(step_input if use_cache else out, caches)[:, -1]  # (B, V)
-            next_id = _sample_next(logits, temperature, top_k, rng)  # (B, 1)
+            next_id = _sample_next(logits, temperature, top_k, rng, top_p)  # (B, 1)
             out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
             step_input = next_id
         return out

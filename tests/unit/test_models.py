@@ -145,3 +145,84 @@ def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(no
     # one token at a time through the cache gives the logits of one full pass, at the rows not yet done
     full = model.decode(plain, memory, model.make_src_mask(src))
     assert torch.allclose(step_by_step[0], full[0], atol=1e-5)
+
+
+def test_nucleus_keeps_the_smallest_likeliest_set_reaching_top_p():
+    logits = torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.05, 0.05, 0.1, 0.8]]).log()  # (2, 4) probabilities, as logits
+    assert tl.nucleus(logits, 0.6).tolist() == [[True, True, False, False], [False, False, False, True]]
+    assert tl.nucleus(logits, 0.5).tolist()[0] == [True, False, False, False]  # 0.5 reached by the first alone
+    assert tl.nucleus(logits, 1.0).all() and tl.nucleus(logits, 1e-9).sum().item() == 2  # all; the top one per row
+    g = torch.Generator().manual_seed(0)
+    wide = torch.randn(3, 50, generator=g)
+    for p in (0.1, 0.5, 0.9):
+        kept = tl.nucleus(wide, p)
+        mass = (wide.softmax(-1) * kept).sum(-1)  # (3,)
+        assert (mass >= p - 1e-6).all()  # enough mass kept, and dropping the least likely kept token falls short
+        least = wide.softmax(-1).masked_fill(~kept, 2.0).min(-1).values  # (3,) the least likely kept token
+        assert (mass - least < p).all()
+
+
+def test_top_p_sampling_keeps_only_the_nucleus_and_tiny_top_p_is_greedy():
+    lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL).eval()
+    p = torch.randint(0, 9, (2, 3), generator=torch.Generator().manual_seed(1))
+    greedy = lm.generate(p, 8, temperature=0.0)
+    assert torch.equal(lm.generate(p, 8, temperature=1.0, top_p=1e-6, rng=torch.Generator().manual_seed(0)), greedy)
+    full = lm.generate(p, 8, temperature=1.0, top_p=1.0, rng=torch.Generator().manual_seed(3))
+    plain = lm.generate(p, 8, temperature=1.0, rng=torch.Generator().manual_seed(3))
+    assert torch.equal(full, plain)  # top_p = 1 keeps every token
+
+
+@pytest.mark.parametrize("bad, message", [(dict(top_p=0.0), "top_p must be in"), (dict(top_p=1.5), "top_p must be in"),
+                                          (dict(temperature=-0.5), "temperature must be >= 0"),
+                                          (dict(top_k=0), "top_k must be at least 1")])  # fmt: skip
+def test_bad_sampling_settings_are_clear_errors_even_for_greedy(bad, message):
+    lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL).eval()
+    settings = dict(temperature=0.0) | bad
+    with pytest.raises(ValueError, match=message):
+        lm.generate(torch.zeros(1, 2, dtype=torch.long), 3, **settings)
+
+
+def _toy_translator(seed=0):
+    tl.set_seed(seed)
+    return tl.Transformer(vocab_size=7, tgt_vocab_size=5, **SMALL).eval()  # targets: pad 0, bos 1, eos 2, and 3, 4
+
+
+def test_beam_search_of_width_one_is_greedy_decoding():
+    model = _toy_translator()
+    src = torch.randint(1, 7, (6, 5), generator=torch.Generator().manual_seed(2))
+    greedy = model.greedy_decode(src, bos_id=1, eos_id=2, max_new_tokens=6)
+    beam, logp = model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=6, beam_size=1)
+    assert torch.equal(beam, greedy)
+    assert logp.shape == (6,) and (logp <= 0).all()
+
+
+def _sequence_logp(model, src, seq):
+    """Log-probability of the generated part of seq (BOS first) under teacher forcing."""
+    with torch.no_grad():
+        logits = model(src, seq[None, :-1])  # (1, t - 1, V)
+        return logits.log_softmax(-1)[0].gather(-1, seq[1:, None]).sum().item()
+
+
+def test_a_wide_beam_finds_the_likeliest_finished_sequence_found_by_brute_force():
+    import itertools
+
+    model = _toy_translator(seed=3)
+    src = torch.randint(1, 7, (1, 4), generator=torch.Generator().manual_seed(4))
+    best = None  # every output of up to 3 tokens that ends in EOS
+    for n in range(1, 4):
+        for body in itertools.product([0, 1, 3, 4], repeat=n - 1):
+            seq = torch.tensor([1, *body, 2])
+            score = _sequence_logp(model, src, seq)
+            best = max(best or (score, seq), (score, seq), key=lambda s: s[0])
+    found, logp = model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=3, beam_size=200, length_penalty=0.0)
+    assert found[0].tolist() == best[1].tolist()
+    assert logp.item() == pytest.approx(best[0], abs=1e-5)
+
+
+def test_beam_search_settings_are_checked():
+    model = _toy_translator()
+    src = torch.ones(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="beam_size must be at least 1, got 0"):
+        model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=4, beam_size=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be at least 1"):
+        model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=0)
