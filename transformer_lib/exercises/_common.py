@@ -23,9 +23,16 @@ def _close(a, b, atol=1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol)
 
 
-def _number(x) -> float | None:
-    """x as a float, or None when it is not a number (a tensor of one element counts)."""
+def _measured(what: str, *results) -> list[float] | str:
+    """An experiment's results as floats, or the feedback to give instead of checking them.
+
+    A result that is None means the exercise is not answered yet; one that is not a number (a
+    tensor of one element counts) gets a hint that names `what` should have been returned.
+    """
+    if any(r is None for r in results):
+        return _TODO
     try:
-        return float(x)
+        return [float(r) for r in results]
     except (TypeError, ValueError, RuntimeError):
-        return None
+        got = " and ".join(type(r).__name__ for r in results)
+        return f"Return {what} as a number, got {got}."

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..masks import causal_mask
-from ._common import _TODO, CORRECT, _number, _shape
+from ._common import _TODO, CORRECT, _measured, _shape
 
 __all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 
@@ -70,12 +70,10 @@ def check_cached_rows(fn: Callable[[int, int], torch.Tensor]) -> str:
 def check_mask_fraction(fn) -> str:
     """Experiment: fn(n) measures the fraction of a causal mask's n x n entries that are True."""
     for n in (1, 2, 7, 1000):
-        got = fn(n)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return the fraction as a number, got {type(got).__name__}."
+        measured = _measured("the fraction", fn(n))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = (n + 1) / (2 * n)
         if abs(value - want) < 1e-6:
             continue

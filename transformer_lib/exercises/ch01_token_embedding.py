@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._common import _TODO, CORRECT, _close, _number, _shape
+from ._common import _TODO, CORRECT, _close, _measured, _shape
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 
@@ -72,12 +72,10 @@ def check_scale_ratio(fn) -> str:
     has norm sqrt(d / 2). So the measured ratio must come out near sqrt(2 d).
     """
     for d in (64, 512):
-        got = fn(d)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return the ratio as a number, got {type(got).__name__}."
+        measured = _measured("the ratio", fn(d))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = (2 * d) ** 0.5
         if abs(value - want) < 0.1 * want:
             continue

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from ..positional import sinusoidal_encoding
-from ._common import _TODO, CORRECT, _close, _number, _shape
+from ._common import _TODO, CORRECT, _close, _measured, _shape
 
 __all__ = ["check_encoding", "check_self_similarity", "check_wavelength", "check_permutation_gap"]
 
@@ -82,12 +82,10 @@ def check_permutation_gap(fn) -> str:
     Without a positional encoding self-attention cannot see order, so the gap is rounding noise;
     with one added to x before the layer, permuting the tokens changes what each one computes.
     """
-    without, with_pe = fn(False), fn(True)
-    if without is None or with_pe is None:
-        return _TODO
-    a, b = _number(without), _number(with_pe)
-    if a is None or b is None:
-        return f"Return the largest difference as a number, got {type(without).__name__} and {type(with_pe).__name__}."
+    measured = _measured("the largest difference", fn(False), fn(True))
+    if isinstance(measured, str):
+        return measured
+    a, b = measured
     if a > 1e-4:
         return (
             f"Without positions the gap should be rounding noise, got {a:.2e}. Compare layer(x[:, perm]) "

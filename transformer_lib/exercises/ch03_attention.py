@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._common import _TODO, CORRECT, _close, _number, _shape
+from ._common import _TODO, CORRECT, _close, _measured, _shape
 
 __all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
 
@@ -74,12 +74,10 @@ def check_scaling_gradient(fn) -> str:
     results = {}
     for d_k in (4, 256):
         for scale in (True, False):
-            got = fn(d_k, scale)
-            if got is None:
-                return _TODO
-            value = _number(got)
-            if value is None:
-                return f"Return the mean gradient norm as a number, got {type(got).__name__}."
+            measured = _measured("the mean gradient norm", fn(d_k, scale))
+            if isinstance(measured, str):
+                return measured
+            value = measured[0]
             if value <= 0:
                 return "The gradient norm is zero: make the scores a leaf (requires_grad) and call backward on a loss."
             results[d_k, scale] = value

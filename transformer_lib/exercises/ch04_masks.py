@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..masks import causal_mask, padding_mask, target_mask
-from ._common import _TODO, CORRECT, _number, _shape
+from ._common import _TODO, CORRECT, _measured, _shape
 
 __all__ = ["check_padding_mask", "check_target_mask", "check_masks_needed", "check_padding_ablation"]
 
@@ -77,12 +77,10 @@ def check_padding_ablation(fn) -> str:
     With the padding mask the padded keys get no weight and nothing moves; without it, the real
     tokens attend to the padding and their outputs change.
     """
-    masked, unmasked = fn(True), fn(False)
-    if masked is None or unmasked is None:
-        return _TODO
-    a, b = _number(masked), _number(unmasked)
-    if a is None or b is None:
-        return f"Return the largest change as a number, got {type(masked).__name__} and {type(unmasked).__name__}."
+    measured = _measured("the largest change", fn(True), fn(False))
+    if isinstance(measured, str):
+        return measured
+    a, b = measured
     if a > 1e-4:
         return (
             f"With the padding mask the real tokens should not move, got {a:.2e}. Compare only the real "

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..layers import LayerNorm
-from ._common import _TODO, CORRECT, _close, _number, _shape
+from ._common import _TODO, CORRECT, _close, _measured, _shape
 
 __all__ = ["check_layer_norm", "check_pre_ln", "check_batch_norm_mean", "check_depth_growth"]
 
@@ -77,12 +77,10 @@ def check_depth_growth(fn) -> str:
     Nothing normalises the residual stream of such a stack, and every layer adds to it, so the
     output's spread grows with depth; a final LayerNorm would hold it at one.
     """
-    shallow, deep = fn(1), fn(24)
-    if shallow is None or deep is None:
-        return _TODO
-    a, b = _number(shallow), _number(deep)
-    if a is None or b is None:
-        return f"Return the standard deviation as a number, got {type(shallow).__name__} and {type(deep).__name__}."
+    measured = _measured("the standard deviation", fn(1), fn(24))
+    if isinstance(measured, str):
+        return measured
+    a, b = measured
     if abs(a - 1) < 0.02 and abs(b - 1) < 0.02:
         return "Both are 1: the output is still normalised. Build a pre-LN stack (norm_first=True), final_norm=False."
     if b < 1.3 * a:

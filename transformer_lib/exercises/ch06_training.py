@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..training import noam_rate, smoothing_floor
-from ._common import _TODO, CORRECT, _number
+from ._common import CORRECT, _measured
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
 
@@ -14,12 +14,10 @@ def check_noam(fn) -> str:
     """fn(step_num, d_model, warmup) must equal the paper's d_model^-0.5 * min(n^-0.5, n * warmup^-1.5)."""
     cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 10), (3, 128, 7)]
     for n, d, w in cases:
-        got = fn(n, d, w)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return a number (a float), got {type(got).__name__}."
+        measured = _measured("the learning rate", fn(n, d, w))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = noam_rate(n, d, w)
         if math.isclose(value, want, rel_tol=1e-6):
             continue
@@ -34,12 +32,10 @@ def check_noam(fn) -> str:
 def check_smoothing_floor(fn) -> str:
     """fn(vocab_size, smoothing) must equal the entropy of the smoothed target (nats)."""
     for V, eps in [(10, 0.1), (42, 0.1), (1000, 0.2), (5, 0.5)]:
-        got = fn(V, eps)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return a number (a float), got {type(got).__name__}."
+        measured = _measured("the floor", fn(V, eps))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = smoothing_floor(V, eps)
         if math.isclose(value, want, rel_tol=1e-6):
             continue
@@ -61,12 +57,10 @@ def check_floor_experiment(fn) -> str:
     The outcome must sit on the floor: not below it (impossible) and not far above it (unfinished).
     """
     for V, eps in [(8, 0.2), (30, 0.1)]:
-        got = fn(V, eps)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return the lowest loss as a number, got {type(got).__name__}."
+        measured = _measured("the lowest loss", fn(V, eps))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         floor = smoothing_floor(V, eps)
         if value < floor - 1e-3:
             return (

@@ -9,7 +9,7 @@ import torch
 from ..encoder import EncoderLayer
 from ..masks import padding_mask
 from ..training import classification_accuracy
-from ._common import _TODO, CORRECT, _close, _number, _shape
+from ._common import _TODO, CORRECT, _close, _measured, _shape
 
 __all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation"]
 
@@ -98,9 +98,10 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
                 with torch.no_grad():
                     p.copy_(b)
             return "Your experiment changed the model's weights: put the head back after measuring."
-        value = _number(got)
-        if value is None:
-            return f"Return the accuracy as a number, got {type(got).__name__}."
+        measured = _measured("the accuracy", got)
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = _accuracy_without_head(model, x, y, layer, head)
         if abs(value - want) > 1.5 / len(y):  # one borderline example may round the other way
             full = classification_accuracy(model, x, y)

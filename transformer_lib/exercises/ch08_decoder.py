@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._common import _TODO, CORRECT, _number, _shape
+from ._common import _TODO, CORRECT, _measured, _shape
 
 __all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
 
@@ -73,12 +73,10 @@ def check_future_leak(fn) -> str:
     With the causal mask an earlier position cannot see the change; without it, it can, which is
     exactly the leak that would let a language model copy the next token during training.
     """
-    masked, unmasked = fn(True), fn(False)
-    if masked is None or unmasked is None:
-        return _TODO
-    a, b = _number(masked), _number(unmasked)
-    if a is None or b is None:
-        return f"Return the largest change as a number, got {type(masked).__name__} and {type(unmasked).__name__}."
+    measured = _measured("the largest change", fn(True), fn(False))
+    if isinstance(measured, str):
+        return measured
+    a, b = measured
     if a > 1e-5:
         return (
             f"With the causal mask the earlier positions should not move, got {a:.2e}. Compare only positions "

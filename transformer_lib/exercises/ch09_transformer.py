@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import _TODO, CORRECT, _number, _shape
+from ._common import _TODO, CORRECT, _measured, _shape
 
 __all__ = ["check_shift", "check_greedy", "check_loss_positions", "check_memory_ablation"]
 
@@ -83,12 +83,10 @@ def check_memory_ablation(fn, model, src: torch.Tensor, tgt: torch.Tensor) -> st
     src, tgt = src.to(device), tgt.to(device)
     model.eval()
     for ablate in (False, True):
-        got = fn(model, src, tgt, ablate)
-        if got is None:
-            return _TODO
-        value = _number(got)
-        if value is None:
-            return f"Return the accuracy as a number, got {type(got).__name__}."
+        measured = _measured("the accuracy", fn(model, src, tgt, ablate))
+        if isinstance(measured, str):
+            return measured
+        value = measured[0]
         want = _teacher_forced_accuracy(model, src, tgt, ablate)
         if abs(value - want) > 1e-6:
             if ablate and abs(value - _teacher_forced_accuracy(model, src, tgt, False)) < 1e-6:
