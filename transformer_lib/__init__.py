@@ -7,8 +7,9 @@ nothing: the figures in `viz` (and matplotlib's pyplot) load the first time one 
 
 import importlib
 
-from . import exercises
+from . import corpus, exercises
 from .attention import KVCache, MultiHeadAttention, capture_attention, fused_attention, scaled_dot_product_attention
+from .bpe import BPETokenizer, load_bpe, pretokenize, train_bpe
 from .checkpoints import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
 from .data import (
@@ -126,6 +127,11 @@ __all__ = [
     "load_from_torch",
     "load_into_torch",
     # data and training
+    "corpus",
+    "pretokenize",
+    "train_bpe",
+    "BPETokenizer",
+    "load_bpe",
     "CharTokenizer",
     "WordTokenizer",
     "pad_sequences",
