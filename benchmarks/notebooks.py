@@ -1,6 +1,6 @@
 """Time every notebook against the reference workload, in one run. Not a test: it prints figures.
 
-    python benchmarks/notebooks.py [--cells N] [notebooks/03_attention.ipynb ...]
+    python benchmarks/notebooks.py [--cells N] [notebooks/04_attention.ipynb ...]
 
 Each notebook is executed top to bottom in a fresh kernel (as nbval does, setup cell skipped),
 and its time is given as a ratio to `reference.py`'s workload timed just before and just after

@@ -17,9 +17,11 @@ import torch
 from torch import nn
 
 from .config import TransformerConfig
-from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, split_data
+from . import corpus
+from .bpe import BPETokenizer, train_bpe
+from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, lm_batches, split_data
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
-from .training import History, classification_accuracy, classification_loss, fit
+from .training import History, classification_accuracy, classification_loss, fit, lm_eval_loss, lm_loss
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -83,5 +85,50 @@ def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tup
     return model, history, {"num_classes": 2}
 
 
+SHAKESPEARE_MERGES = 500  # the BPE language model's vocabulary: 256 bytes + 500 merges
+SHAKESPEARE_BLOCK = 128  # tokens of context in both Shakespeare models
+
+
+def shakespeare_data(level: str) -> tuple[CharTokenizer | BPETokenizer, torch.Tensor, torch.Tensor]:
+    """The language-model chapter's data at 'char' or 'bpe' level: (tokenizer, train ids (N,), validation ids (M,)).
+
+    Characters get a CharTokenizer over the training plays (a character that only the held-out play
+    uses becomes <unk>); BPE is tl.train_bpe on the training plays with SHAKESPEARE_MERGES merges.
+    """
+    train, valid = corpus.shakespeare("train"), corpus.shakespeare("validation")
+    if level == "char":
+        tok = CharTokenizer.from_texts([train])
+    elif level == "bpe":
+        tok = train_bpe(train, SHAKESPEARE_MERGES)
+    else:
+        raise ValueError(f"level must be 'char' or 'bpe', got {level!r}")
+    return tok, torch.tensor(tok.encode(train)), torch.tensor(tok.encode(valid))
+
+
+def shakespeare_lm(vocab_size: int, seed: int = 0) -> DecoderOnlyLM:
+    """The Shakespeare model, same at both levels: 4 pre-LN layers, d_model 128, 4 heads, tied embeddings."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DecoderOnlyLM(vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.1,
+                             max_len=SHAKESPEARE_BLOCK, norm_first=True, positional="learned",
+                             tie_embeddings=True)  # fmt: skip
+
+
+def _shakespeare(level: str, steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens."""
+    tok, train_ids, valid_ids = shakespeare_data(level)
+    model = shakespeare_lm(tok.vocab_size)
+    rng = torch.Generator().manual_seed(0)  # the windows drawn
+    batches = lm_batches(train_ids, SHAKESPEARE_BLOCK, batch_size=32, rng=rng)
+    held_out = lambda m: {"validation loss": lm_eval_loss(m, valid_ids, SHAKESPEARE_BLOCK)}
+    history = fit(model, lm_loss, batches, steps=steps or 3000, lr=2e-3, warmup=200, eval_fn=held_out,
+                  eval_every=500, progress=progress, desc=f"Shakespeare {level} (long run)")  # fmt: skip
+    return model, history, {}
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
-RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {"bracket_classifier": _bracket_classifier}
+RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
+    "bracket_classifier": _bracket_classifier,
+    "shakespeare_char": lambda steps=None, progress=False: _shakespeare("char", steps, progress),
+    "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),
+}

@@ -17,7 +17,7 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "02_positional_encoding.ipynb"]
+NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "03_positional_encoding.ipynb"]
 COLAB = ["torch==2.13.0", "ipykernel", "ipywidgets==7.7.1", "matplotlib==3.10.0", "tqdm"]  # there before the learner
 WATCHED = ("torch", "ipywidgets", "matplotlib", "tqdm")
 

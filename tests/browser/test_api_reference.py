@@ -14,7 +14,7 @@ def test_every_public_name_has_an_entry():
     if not page.is_file():
         pytest.fail(f"{page} was not built; run `make book`")
     ids = set(re.findall(r'id="transformer_lib\.([\w.]+)"', page.read_text()))
-    # "module.Name", "module.Class.method", "exercises.ch03_attention.check_attention": a public name is
+    # "module.Name", "module.Class.method", "exercises.ch04_attention.check_attention": a public name is
     # documented when it is an object of a documented module, or the (sub)package itself
     documented = {part for i in ids for part in i.split(".")}
     missing = sorted(name for name in tl.__all__ if name not in documented)

@@ -23,7 +23,7 @@ import pytest
 
 from .conftest import ROOT
 
-NOTEBOOK = "02_positional_encoding.ipynb"  # has a quiz and an ipywidgets explorer
+NOTEBOOK = "03_positional_encoding.ipynb"  # has a quiz and an ipywidgets explorer
 
 pytestmark = pytest.mark.browser
 

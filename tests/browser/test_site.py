@@ -77,7 +77,7 @@ def test_every_page_weighs_under_2_mb(site_url, request):
 
 def test_screenshots_of_home_and_a_notebook(page, site_url):
     ARTIFACTS.mkdir(exist_ok=True)
-    for name, path in (("home", "index.html"), ("notebook", "notebooks/02_positional_encoding.html")):
+    for name, path in (("home", "index.html"), ("notebook", "notebooks/03_positional_encoding.html")):
         _open(page, site_url, path)
         page.screenshot(path=str(ARTIFACTS / f"screenshot-{name}.png"))
         assert (ARTIFACTS / f"screenshot-{name}.png").stat().st_size > 20_000

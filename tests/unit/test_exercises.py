@@ -11,7 +11,7 @@ from torch import nn
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
-from transformer_lib.exercises.ch02_positional_encoding import _doubled_exponent
+from transformer_lib.exercises.ch03_positional_encoding import _doubled_exponent
 
 
 def _attention(q, k, v, scale=True, axis=-1):
@@ -44,7 +44,7 @@ def _windows(ids, starts, n, shift=1):
     return ids[starts[:, None] + offsets], ids[starts[:, None] + offsets + shift]
 
 
-class _Layer(nn.Module):  # the learner's encoder layer of chapter 06
+class _Layer(nn.Module):  # the learner's encoder layer of chapter 08 (the encoder)
     def __init__(self, d_model, num_heads, d_ff):
         super().__init__()
         self.self_attn = tl.MultiHeadAttention(d_model, num_heads)

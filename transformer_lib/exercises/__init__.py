@@ -8,15 +8,15 @@ lets that friendly error through. Course material, not model code: no model or l
 
 from ._common import CORRECT, NotYetDone
 from .ch00_template import check_allowed_count, check_cached_rows, check_future_mask, check_mask_fraction
-from .ch01_token_embedding import check_embed, check_embedding_parameters, check_pad, check_scale_ratio
-from .ch02_positional_encoding import check_encoding, check_permutation_gap, check_self_similarity, check_wavelength
-from .ch03_attention import check_attention, check_scaling_gradient, check_score_std, check_split
-from .ch04_masks import check_masks_needed, check_padding_ablation, check_padding_mask, check_target_mask
-from .ch05_feed_forward_and_norm import check_batch_norm_mean, check_depth_growth, check_layer_norm, check_pre_ln
-from .ch06_training import check_floor_experiment, check_noam, check_smoothing_floor
-from .ch07_encoder import check_first_pool, check_head_ablation, check_mean_pool, check_pre_ln_layer
-from .ch08_decoder import check_future_leak, check_kv_cache_bytes, check_sample, check_windows
-from .ch09_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
+from .ch02_token_embedding import check_embed, check_embedding_parameters, check_pad, check_scale_ratio
+from .ch03_positional_encoding import check_encoding, check_permutation_gap, check_self_similarity, check_wavelength
+from .ch04_attention import check_attention, check_scaling_gradient, check_score_std, check_split
+from .ch05_masks import check_masks_needed, check_padding_ablation, check_padding_mask, check_target_mask
+from .ch06_feed_forward_and_norm import check_batch_norm_mean, check_depth_growth, check_layer_norm, check_pre_ln
+from .ch07_training import check_floor_experiment, check_noam, check_smoothing_floor
+from .ch08_encoder import check_first_pool, check_head_ablation, check_mean_pool, check_pre_ln_layer
+from .ch09_decoder import check_future_leak, check_kv_cache_bytes, check_sample, check_windows
+from .ch11_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
 
 __all__ = ["CORRECT", "NotYetDone",
     "check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction",
