@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import TransformerConfig
 from . import corpus
 from .bpe import BPETokenizer, train_bpe
+from .config import TransformerConfig
 from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, lm_batches, split_data
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
 from .training import History, classification_accuracy, classification_loss, fit, lm_eval_loss, lm_loss
