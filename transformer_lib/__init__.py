@@ -71,6 +71,7 @@ _VIZ = (
     "plot_dataflow",
     "plot_distribution",
     "plot_head_split",
+    "plot_tokens",
     "plot_mask",
     "plot_mask_broadcast",
     "plot_kv_cache",

@@ -27,6 +27,7 @@ __all__ = [
     "plot_training_curves",
     "plot_curves",
     "plot_distribution",
+    "plot_tokens",
     "plot_residual_wiring",
     "plot_head_split",
     "plot_kv_cache",
@@ -464,6 +465,34 @@ def plot_distribution(
     ax.set(ylabel="probability", ylim=(0, max(1.0, float(p.max())) * 1.1))
     if title:
         ax.set_title(title)
+    return fig
+
+
+def plot_tokens(pieces: Sequence[str], ax=None, title: str | None = None, width: int = 60) -> Figure:
+    """A text cut into tokens, each on its own coloured box: pieces ['To', ' be', ','] joined give the text.
+
+    Letters are drawn in a monospaced font, a space as a middle dot so a token's leading space shows,
+    and a line break starts a new row (its token keeps a box, drawn as a return arrow). Rows wrap
+    at `width` characters.
+    """
+    pieces = [str(p) for p in pieces]
+    fig, ax = _axes(ax, (7.0, 1.2))
+    x = row = 0
+    for i, piece in enumerate(pieces):
+        shown = piece.replace(" ", "\u00b7").replace("\n", "\u21b5")
+        if x and x + len(shown) > width:
+            x, row = 0, row + 1
+        color = ("#cfe2f3", "#fce5cd", "#d9ead3", "#ead1dc")[i % 4]
+        ax.add_patch(plt.Rectangle((x + 0.05, -row - 0.45), max(len(shown), 1) - 0.1, 0.9, color=color, linewidth=0))
+        for j, ch in enumerate(shown):
+            ax.text(x + j + 0.5, -row, ch, ha="center", va="center", family="monospace", fontsize=10)
+        x += max(len(shown), 1)
+        if "\n" in piece:
+            x, row = 0, row + 1
+    ax.set(xlim=(0, width), ylim=(-row - 0.6, 0.6), aspect="equal")
+    ax.axis("off")
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
     return fig
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -142,8 +143,44 @@ def _future_leak(causal, compare_after=False, always_causal=False):
     return (logits[1][:, part] - logits[0][:, part]).abs().max().item()
 
 
+def _pair_counts(words, weighted=True, overlapping=True):
+    counts = Counter()
+    for w, f in words.items():
+        pairs = list(zip(w, w[1:]))
+        for pair in pairs if overlapping else dict.fromkeys(pairs):
+            counts[pair] += f if weighted else 1
+    return counts
+
+
+def _merge_ids(ids, pair, new_id, first_only=False, keep_second=False):
+    out, i, done = [], 0, False
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair and not done:
+            out += [new_id, ids[i + 1]] if keep_second else [new_id]
+            i, done = i + 2, first_only
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _compression(text, n, inverse=False, in_bytes=False):
+    tokens = len(tl.train_bpe(text, n).encode(text))
+    chars = len(text.encode("utf-8")) if in_bytes else len(text)
+    return tokens / chars if inverse else chars / tokens
+
+
 # (checker, reference solution, [(wrong answer, words the hint must contain), ...])
 CASES = {
+    "pair_counts": (ex.check_pair_counts, _pair_counts, [
+        (lambda w: _pair_counts(w, weighted=False), "weight each word"),
+        (lambda w: _pair_counts(w, overlapping=False), "overlapping"), (lambda w: [], "Return a dict")]),
+    "merge": (ex.check_merge, _merge_ids, [
+        (lambda i, p, n: _merge_ids(i, p, n, first_only=True), "every occurrence"),
+        (lambda i, p, n: _merge_ids(i, p, n, keep_second=True), "both ids")]),
+    "compression": (ex.check_compression, _compression, [
+        (lambda t, n: _compression(t, n, inverse=True), "tokens per character"),
+        (lambda t, n: _compression(t, n, in_bytes=True), "count characters"), (lambda t, n: "about 2", "as a number")]),
     "future_mask": (ex.check_future_mask, lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), [
         (lambda n: tl.causal_mask(n), "allowed mask"),
         (lambda n: torch.ones(n, n, dtype=torch.bool).triu(0), "diagonal is blocked"),

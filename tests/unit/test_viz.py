@@ -192,3 +192,13 @@ def test_distribution_draws_one_bar_per_class_at_its_probability():
 
 def test_every_figure_the_package_exports_is_public_in_viz():
     assert set(tl._VIZ) == set(viz.__all__)
+
+
+def test_plot_tokens_draws_one_box_per_token_and_wraps_rows():
+    pieces = ["To", " be", ",", " or", " not", "\n", "to", " be"]
+    fig = tl.plot_tokens(pieces, width=12)
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(pieces)
+    assert [t.get_text() for t in ax.texts][:5] == ["T", "o", "·", "b", "e"]  # a leading space shows as a dot
+    assert ax.get_ylim()[0] < -1  # the line break started a second row
+    plt.close(fig)

@@ -8,6 +8,7 @@ lets that friendly error through. Course material, not model code: no model or l
 
 from ._common import CORRECT, NotYetDone
 from .ch00_template import check_allowed_count, check_cached_rows, check_future_mask, check_mask_fraction
+from .ch01_tokenization import check_compression, check_merge, check_pair_counts
 from .ch02_token_embedding import check_embed, check_embedding_parameters, check_pad, check_scale_ratio
 from .ch03_positional_encoding import check_encoding, check_permutation_gap, check_self_similarity, check_wavelength
 from .ch04_attention import check_attention, check_scaling_gradient, check_score_std, check_split
@@ -20,6 +21,7 @@ from .ch11_transformer import check_greedy, check_loss_positions, check_memory_a
 
 __all__ = ["CORRECT", "NotYetDone",
     "check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction",
+    "check_pair_counts", "check_merge", "check_compression",
     "check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio",
     "check_encoding", "check_self_similarity", "check_wavelength", "check_permutation_gap",
     "check_attention", "check_split", "check_score_std", "check_scaling_gradient",
