@@ -170,6 +170,17 @@ def _compression(text, n, inverse=False, in_bytes=False):
     return tokens / chars if inverse else chars / tokens
 
 
+def _nucleus_set(probs, p, unsorted=False, too_few=False):
+    sorted_probs, order = (probs, torch.arange(probs.numel())) if unsorted else probs.sort(descending=True)
+    keep = sorted_probs.cumsum(0) < p if too_few else sorted_probs.cumsum(0) - sorted_probs < p
+    return torch.zeros_like(keep).scatter(0, order, keep)
+
+
+def _temperature_loss(logits, targets, t, nats=False, multiply=False):
+    loss = F.cross_entropy(logits * t if multiply else logits / t, targets).item()
+    return loss if nats else loss / math.log(2)
+
+
 # (checker, reference solution, [(wrong answer, words the hint must contain), ...])
 CASES = {
     "pair_counts": (ex.check_pair_counts, _pair_counts, [
@@ -273,6 +284,17 @@ CASES = {
         (lambda i, s, n: _windows(i, s, n, shift=0), "shifted by one"), (lambda i, s, n: _windows(i, s, n, shift=-1), "wrong way")]),
     "kv_cache_bytes": (ex.check_kv_cache_bytes, lambda L, d, T, B, nb: 2 * L * d * T * B * nb, [
         (lambda L, d, T, B, nb: L * d * T * B * nb, "keys AND values"), (lambda L, d, T, B, nb: 2 * L * d * T * B, "bytes")]),
+    "bits_per_char": (ex.check_bits_per_char, lambda n, t, c: n * t / c / math.log(2), [
+        (lambda n, t, c: n * t / c, "log(2)"), (lambda n, t, c: n / math.log(2), "bits per token"),
+        (lambda n, t, c: n * c / t / math.log(2), "upside down")]),
+    "nucleus_set": (ex.check_nucleus_set, lambda pr, p: tl.nucleus(pr.log(), p), [
+        (lambda pr, p: _nucleus_set(pr, p, too_few=True), "too few"),
+        (lambda pr, p: _nucleus_set(pr, p, unsorted=True), "sort by probability"),
+        (lambda pr, p: pr > p, "always kept"), (lambda pr, p: pr > 0, "too many")]),
+    "temperature_loss": (ex.check_temperature_loss, _temperature_loss, [
+        (lambda lg, y, t: _temperature_loss(lg, y, t, nats=True), "nats"),
+        (lambda lg, y, t: _temperature_loss(lg, y, t, multiply=True), "multiplied"),
+        (lambda lg, y, t: None if t > 5 else "low", "as a number")]),
     "shift": (ex.check_shift, lambda t: (t[:, :-1], t[:, 1:]), [
         (lambda t: (t[:, 1:], t[:, :-1]), "Swapped"), (lambda t: (t, t[:, 1:]), "not shifted")]),
     "loss_positions": (ex.check_loss_positions, lambda y, p: y != p, [

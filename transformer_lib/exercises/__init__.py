@@ -17,6 +17,7 @@ from .ch06_feed_forward_and_norm import check_batch_norm_mean, check_depth_growt
 from .ch07_training import check_floor_experiment, check_noam, check_smoothing_floor
 from .ch08_encoder import check_first_pool, check_head_ablation, check_mean_pool, check_pre_ln_layer
 from .ch09_decoder import check_future_leak, check_kv_cache_bytes, check_sample, check_windows
+from .ch10_language_model import check_bits_per_char, check_nucleus_set, check_temperature_loss
 from .ch11_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
 
 __all__ = ["CORRECT", "NotYetDone",
@@ -30,5 +31,6 @@ __all__ = ["CORRECT", "NotYetDone",
     "check_noam", "check_smoothing_floor", "check_floor_experiment",
     "check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation",
     "check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak",
+    "check_bits_per_char", "check_nucleus_set", "check_temperature_loss",
     "check_shift", "check_greedy", "check_loss_positions", "check_memory_ablation",
 ]  # fmt: skip
