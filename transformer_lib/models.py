@@ -211,39 +211,49 @@ class Transformer(nn.Module):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         src_mask = self.make_src_mask(src)  # (B, 1, 1, S)
-        memory = self.encode(src, src_mask)  # (B, S, d_model)
-        best_rows, best_scores = [], []
-        for b in range(src.shape[0]):
-            beams = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t): alive hypotheses
-            scores = torch.zeros(1, device=src.device)  # (n,) their log-probabilities
-            finished: list[tuple[float, torch.Tensor, float]] = []  # (rank, ids, log-probability)
-            for _ in range(max_new_tokens):
-                n = beams.shape[0]
-                logits = self.decode(beams, memory[b : b + 1].expand(n, -1, -1), src_mask[b : b + 1])[:, -1]  # (n, V)
-                candidates = (logits.log_softmax(dim=-1) + scores[:, None]).flatten()  # (n * V,)
-                top = candidates.topk(min(beam_size, candidates.numel()))
-                V = logits.shape[-1]
-                alive, alive_scores = [], []
+        memory = self.encode(src, src_mask)  # (B, S, d_model), computed once
+        B = src.shape[0]
+        # The alive hypotheses of every row that is still searching, decoded together in one batch:
+        beams = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (N, t)
+        scores = torch.zeros(B, device=src.device)  # (N,): their log-probabilities
+        owner = list(range(B))  # owner[i]: the row hypothesis i belongs to
+        finished: list[list[tuple[float, torch.Tensor, float]]] = [[] for _ in range(B)]  # (rank, ids, logp)
+        for _ in range(max_new_tokens):
+            logits = self.decode(beams, memory[owner], src_mask[owner])[:, -1]  # (N, V)
+            V = logits.shape[-1]
+            candidates = logits.log_softmax(dim=-1) + scores[:, None]  # (N, V)
+            keep, keep_scores, keep_owner = [], [], []
+            for b in dict.fromkeys(owner):  # each searching row, in order
+                mine = [i for i, o in enumerate(owner) if o == b]  # its hypotheses
+                flat = candidates[mine].flatten()  # (len(mine) * V,)
+                top = flat.topk(min(beam_size, flat.numel()))
+                alive = []
                 for value, index in zip(top.values.tolist(), top.indices.tolist()):
-                    seq = torch.cat([beams[index // V], beams.new_tensor([index % V])])  # (t + 1,)
+                    seq = torch.cat([beams[mine[index // V]], beams.new_tensor([index % V])])  # (t + 1,)
                     if index % V == eos_id:
-                        finished.append((value / (seq.numel() - 1) ** length_penalty, seq, value))
+                        finished[b].append((value / (seq.numel() - 1) ** length_penalty, seq, value))
                     else:
-                        alive.append(seq)
-                        alive_scores.append(value)
-                if not alive or len(finished) >= beam_size:
-                    break
-                beams, scores = torch.stack(alive), scores.new_tensor(alive_scores)  # (n', t + 1), (n',)
-            if not finished:  # nothing ended within max_new_tokens: rank the hypotheses still alive
-                finished = [(v / (seq.numel() - 1) ** length_penalty, seq, v) for seq, v in zip(beams, scores.tolist())]
-            _, seq, logp = max(finished, key=lambda f: f[0])
-            best_rows.append(seq)
-            best_scores.append(logp)
-        width = max(row.numel() for row in best_rows)
-        out = torch.full((len(best_rows), width), self.pad_id, dtype=torch.long, device=src.device)  # (B, 1 + n)
-        for b, row in enumerate(best_rows):
-            out[b, : row.numel()] = row
-        return out, torch.tensor(best_scores, device=src.device)
+                        alive.append((seq, value))
+                if alive and len(finished[b]) < beam_size:  # the row searches on
+                    keep += [seq for seq, _ in alive]
+                    keep_scores += [value for _, value in alive]
+                    keep_owner += [b] * len(alive)
+            if not keep:
+                break
+            beams, scores, owner = torch.stack(keep), scores.new_tensor(keep_scores), keep_owner  # (N', t + 1)
+        else:  # max_new_tokens reached: a row that finished nothing ranks the hypotheses still alive
+            alive_by_row: dict[int, list] = {}
+            for seq, value, b in zip(beams, scores.tolist(), owner):
+                alive_by_row.setdefault(b, []).append((value / (seq.numel() - 1) ** length_penalty, seq, value))
+            for b, hypotheses in alive_by_row.items():
+                if not finished[b]:
+                    finished[b] = hypotheses
+        best = [max(f, key=lambda h: h[0]) for f in finished]  # (rank, ids, logp) per row
+        width = max(seq.numel() for _, seq, _ in best)
+        out = torch.full((B, width), self.pad_id, dtype=torch.long, device=src.device)  # (B, 1 + n)
+        for b, (_, seq, _) in enumerate(best):
+            out[b, : seq.numel()] = seq
+        return out, torch.tensor([logp for _, _, logp in best], device=src.device)
 
 
 class EncoderOnlyModel(nn.Module):

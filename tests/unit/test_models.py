@@ -196,6 +196,21 @@ def test_beam_search_of_width_one_is_greedy_decoding():
     assert logp.shape == (6,) and (logp <= 0).all()
 
 
+def test_beam_search_over_a_batch_equals_each_row_searched_alone():
+    """All rows are decoded in one batch; a row that finishes early must not change the others."""
+    model = _toy_translator(seed=5)
+    src = torch.randint(1, 7, (8, 5), generator=torch.Generator().manual_seed(6))
+    batch, logp = model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=7, beam_size=3)
+    lengths = set()
+    for b in range(src.shape[0]):
+        alone, alone_logp = model.beam_search(src[b : b + 1], bos_id=1, eos_id=2, max_new_tokens=7, beam_size=3)
+        n = alone.shape[1]
+        assert batch[b, :n].tolist() == alone[0].tolist() and (batch[b, n:] == model.pad_id).all()
+        assert logp[b].item() == pytest.approx(alone_logp.item(), abs=1e-5)
+        lengths.add(n)
+    assert len(lengths) > 1  # the rows really did finish at different steps
+
+
 def _sequence_logp(model, src, seq):
     """Log-probability of the generated part of seq (BOS first) under teacher forcing."""
     with torch.no_grad():
