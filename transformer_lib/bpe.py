@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-# GPT-2's split, written for Python's `re`: [^\W\d_] is a letter, \d a digit, (?:[^\s\w]|_) anything
+# GPT-2's split, written for Python's `re`: [^\W\d_] is a word character that is not a decimal digit
+# (letters, and numerals such as ½ that GPT-2 counts as numbers), \d a digit, (?:[^\s\w]|_) anything
 # else that is not a space. Every character falls in one alternative, so the pieces join to the text.
 PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
 _SPLIT = re.compile(PATTERN)
@@ -52,14 +53,22 @@ def _merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
 
 @dataclass(frozen=True)
 class BPETokenizer:
-    """A trained byte-level BPE: id i < 256 is byte i, id 256 + r is the r-th merge (a pair of earlier ids)."""
+    """A trained byte-level BPE: id i < 256 is byte i, id 256 + r is the r-th merge (a pair of earlier ids).
+
+    `counts`, when training filled it in, holds how often each merged pair occurred when it was chosen.
+    """
 
     merges: tuple[tuple[int, int], ...]
+    counts: tuple[int, ...] = field(default=(), compare=False)
     _ranks: dict = field(init=False, repr=False, compare=False)
     _vocab: list = field(init=False, repr=False, compare=False)
     _cache: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        if len(set(self.merges)) != len(self.merges):
+            raise ValueError("a pair can be merged only once, but merges repeats one")
+        if self.counts and len(self.counts) != len(self.merges):
+            raise ValueError(f"{len(self.counts)} counts for {len(self.merges)} merges")
         vocab = [bytes([b]) for b in range(256)]
         for r, (a, b) in enumerate(self.merges):
             if not (0 <= a < 256 + r and 0 <= b < 256 + r):
@@ -109,7 +118,8 @@ class BPETokenizer:
     def save(self, path: str | Path) -> Path:
         """Write the merges as JSON; load_bpe(path) gives an equal tokenizer."""
         path = Path(path)
-        path.write_text(json.dumps({"format": FORMAT, "pattern": PATTERN, "merges": self.merges}))
+        saved = {"format": FORMAT, "pattern": PATTERN, "merges": self.merges, "counts": self.counts}
+        path.write_text(json.dumps(saved))
         return path
 
 
@@ -120,7 +130,7 @@ def load_bpe(path: str | Path) -> BPETokenizer:
         raise ValueError(f"{path} is not a saved BPETokenizer (expected format {FORMAT!r})")
     if data["pattern"] != PATTERN:
         raise ValueError(f"{path} was trained with another pre-tokenizer pattern: {data['pattern']!r}")
-    return BPETokenizer(tuple((a, b) for a, b in data["merges"]))
+    return BPETokenizer(tuple((a, b) for a, b in data["merges"]), tuple(data.get("counts", ())))
 
 
 def train_bpe(text: str | Iterable[str], num_merges: int, progress: bool = False) -> BPETokenizer:
@@ -128,7 +138,7 @@ def train_bpe(text: str | Iterable[str], num_merges: int, progress: bool = False
 
     Ties between equally frequent pairs go to the smaller (left id, right id). Counting is
     incremental: a merge only re-counts the distinct pieces that contain its pair, so 1000 merges on
-    a megabyte of text take seconds, not minutes. Training stops early, with fewer merges, when no
+    a megabyte of text take about a second, not minutes. Training stops early, with fewer merges, when no
     pair occurs twice or more.
     """
     if not isinstance(num_merges, int) or num_merges < 0:
@@ -144,15 +154,16 @@ def train_bpe(text: str | Iterable[str], num_merges: int, progress: bool = False
             where[pair].add(w)
     heap = [(-c, pair) for pair, c in counts.items()]
     heapq.heapify(heap)
-    merges = []
+    merges, merged_counts = [], []
     for r in tqdm(range(num_merges), desc="BPE merges", disable=not progress):
         while heap and -heap[0][0] != counts.get(heap[0][1], 0):  # drop entries whose count has changed
             heapq.heappop(heap)
         if not heap or -heap[0][0] < 2:
             break
-        _, pair = heapq.heappop(heap)
+        count, pair = heapq.heappop(heap)
         new_id = 256 + r
         merges.append(pair)
+        merged_counts.append(-count)
         changed = set()
         for w in where.pop(pair):
             ids, f = words[w], freqs[w]
@@ -173,4 +184,4 @@ def train_bpe(text: str | Iterable[str], num_merges: int, progress: bool = False
                 heapq.heappush(heap, (-counts[p], p))
             else:
                 del counts[p]
-    return BPETokenizer(tuple(merges))
+    return BPETokenizer(tuple(merges), tuple(merged_counts))

@@ -1,5 +1,7 @@
 """The shipped checkpoints come from their recipes, load into the right model, and keep their promise."""
 
+import math
+
 import pytest
 import torch
 
@@ -45,3 +47,29 @@ def test_load_checkpoint_names_what_it_ships_when_asked_for_something_else(tmp_p
     loaded, meta = tl.load_checkpoint(path)
     x = torch.randint(1, 7, (2, 5))
     assert meta == {"note": "a test"} and torch.equal(loaded(x), clf.eval()(x))
+
+
+def test_shipped_checkpoints_stay_small():
+    for path in checkpoints.CHECKPOINT_DIR.glob("*.pt"):
+        assert path.stat().st_size <= 5_000_000, f"{path.name} is {path.stat().st_size:,} bytes, over 5 MB"
+
+
+def _bits_per_char(nats_per_token: float, ids: torch.Tensor, tok, block: int) -> float:
+    """Mean loss over lm_eval_loss's windows -> bits per character of the text those windows predict."""
+    n = (ids.numel() - 1) // block
+    return nats_per_token * n * block / len(tok.decode(ids[1 : n * block + 1].tolist())) / math.log(2)
+
+
+@pytest.mark.slow
+def test_shakespeare_checkpoints_keep_the_chapter_promise():
+    """Both long runs end at least 25% below the character bigram, in bits per character of the held-out play."""
+    char_tok, char_train, char_valid = checkpoints.shakespeare_data("char")
+    bigram_nats = tl.bigram_loss(char_train, char_valid, char_tok.vocab_size)
+    bigram_bits = bigram_nats * (char_valid.numel() - 1) / len(char_tok.decode(char_valid[1:].tolist())) / math.log(2)
+    for level in ("char", "bpe"):
+        model, meta = tl.load_checkpoint(f"shakespeare_{level}")
+        assert isinstance(model, tl.DecoderOnlyLM) and not model.training
+        tok, _, valid = (char_tok, char_train, char_valid) if level == "char" else checkpoints.shakespeare_data("bpe")
+        nats = tl.lm_eval_loss(model, valid, checkpoints.SHAKESPEARE_BLOCK)
+        assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
+        assert _bits_per_char(nats, valid, tok, checkpoints.SHAKESPEARE_BLOCK) < 0.75 * bigram_bits
