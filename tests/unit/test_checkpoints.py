@@ -73,3 +73,14 @@ def test_shakespeare_checkpoints_keep_the_chapter_promise():
         nats = tl.lm_eval_loss(model, valid, checkpoints.SHAKESPEARE_BLOCK)
         assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
         assert _bits_per_char(nats, valid, tok, checkpoints.SHAKESPEARE_BLOCK) < 0.75 * bigram_bits
+
+
+@pytest.mark.slow
+def test_a_recipe_with_dropout_does_not_depend_on_what_the_caller_drew_before():
+    """The Shakespeare recipes train with dropout; their masks come from a generator the recipe seeds."""
+    first = checkpoints.RECIPES["shakespeare_char"](steps=2)[1].losses
+    torch.randn(1000)  # the caller's global generator moves on
+    state = torch.random.get_rng_state()
+    again = checkpoints.RECIPES["shakespeare_char"](steps=2)[1].losses
+    assert first == again
+    assert torch.equal(torch.random.get_rng_state(), state)  # and the caller's generator is left as it was
