@@ -34,7 +34,7 @@ from .embedding import TokenEmbedding
 from .encoder import Encoder, EncoderLayer
 from .exercises import NotYetDone
 from .interop import from_torch, load_from_torch, load_into_torch, to_torch
-from .layers import FeedForward, LayerNorm
+from .layers import FeedForward, LayerNorm, RMSNorm
 from .masks import causal_mask, combine_masks, from_torch_convention, padding_mask, target_mask, to_torch_convention
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer, nucleus
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
@@ -111,6 +111,7 @@ __all__ = [
     "from_torch_convention",
     "FeedForward",
     "LayerNorm",
+    "RMSNorm",
     "EncoderLayer",
     "Encoder",
     "DecoderLayer",

@@ -156,7 +156,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_config(cls, config: TransformerConfig) -> MultiHeadAttention:
         """The attention a layer built from `config` uses (self- or cross-attention alike)."""
-        return cls(config.d_model, config.num_heads, config.dropout)
+        return cls(config.d_model, config.num_heads, config.dropout, config.bias)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):

@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields, replace
 __all__ = ["TransformerConfig"]
 
 _POSITIONAL = ("sinusoidal", "learned")
-_ACTIVATIONS = ("relu", "gelu")
+_ACTIVATIONS = ("relu", "gelu", "swiglu")
+_NORMS = ("layer", "rms")
 # fields whose None means "follow another field"; each is resolved here, and only here
 _FOLLOWS = {"tgt_vocab_size": "vocab_size", "num_decoder_layers": "num_layers", "final_norm": "norm_first"}
 
@@ -40,10 +41,12 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the 2017 paper; True = pre-LN (GPT-2)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed) or "learned"
-    activation: str = "relu"  # feed-forward non-linearity: "relu" or "gelu"
+    activation: str = "relu"  # feed-forward: "relu" or "gelu", or "swiglu" (gated, three matrices; Llama)
     final_norm: bool | None = None  # a LayerNorm after the last layer of each stack; None = norm_first
     eps: float = 1e-5  # added to the variance inside every LayerNorm
     tie_embeddings: bool = False  # share the output head's weights with the (target) embedding
+    norm: str = "layer"  # every normalisation layer: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
+    bias: bool = True  # biases in the attention projections and the feed-forward linears (Llama has none)
 
     def __post_init__(self) -> None:
         for name, source in _FOLLOWS.items():
@@ -65,6 +68,10 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"bias must be True or False, got {self.bias!r}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
         if not self.eps > 0:

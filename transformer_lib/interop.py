@@ -93,7 +93,8 @@ def _settings(theirs: nn.Module) -> dict:
         raise ValueError(f"only ReLU and GELU activations can be converted, got {theirs.activation!r}")
     return dict(d_model=theirs.self_attn.embed_dim, num_heads=theirs.self_attn.num_heads,
                 d_ff=theirs.linear1.out_features, dropout=theirs.dropout.p, norm_first=theirs.norm_first,
-                activation=act, eps=theirs.norm1.eps)  # fmt: skip
+                activation=act, eps=theirs.norm1.eps, norm="layer",
+                bias=theirs.linear1.bias is not None)  # fmt: skip
 
 
 def _check(ours: nn.Module, theirs: nn.Module) -> None:
@@ -160,9 +161,12 @@ def to_torch(ours: nn.Module) -> nn.Module:
         theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, ours.dropout_p, bias=bias, batch_first=True)
         return load_into_torch(theirs, ours)
     cfg = ours.config
+    if cfg.norm != "layer" or cfg.activation not in ("relu", "gelu"):
+        raise ValueError(f"torch.nn's Transformer layers have LayerNorm and a ReLU or GELU feed-forward; ours has "
+                         f"norm={cfg.norm!r}, activation={cfg.activation!r}")  # fmt: skip
     layer = dict(d_model=cfg.d_model, nhead=cfg.num_heads, dim_feedforward=cfg.d_ff, dropout=cfg.dropout,
                  activation=cfg.activation, layer_norm_eps=cfg.eps, batch_first=True,
-                 norm_first=cfg.norm_first)  # fmt: skip
+                 norm_first=cfg.norm_first, bias=cfg.bias)  # fmt: skip
     norm = nn.LayerNorm(cfg.d_model, cfg.eps) if cfg.final_norm else None
     if kind is nn.Transformer and not cfg.final_norm:
         raise ValueError("nn.Transformer always ends each stack with a LayerNorm; build ours with final_norm=True")

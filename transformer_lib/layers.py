@@ -14,32 +14,42 @@ from torch import nn
 
 from .config import TransformerConfig
 
-__all__ = ["FeedForward", "LayerNorm", "make_norm"]
+__all__ = ["FeedForward", "LayerNorm", "RMSNorm", "make_norm"]
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+# "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W2 · dropout(act(W1 x + b1)) + b2, applied to every position alone: (B, S, d_model) -> same."""
+    """FFN(x) = W2 · dropout(act(W1 x + b1)) + b2, applied to every position alone: (B, S, d_model) -> same.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
+    With activation="swiglu" the hidden layer is gated (Shazeer, 2020; Llama): SiLU(W1 x) * (W3 x),
+    then W2. That is three d_model x d_ff matrices instead of two, so a SwiGLU block with d_ff
+    two thirds as wide has the parameters of a ReLU block (without biases, exactly).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.activation_name = activation
         self.activation = _ACTIVATIONS[activation]
-        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None  # the gated branch
         self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     @classmethod
     def from_config(cls, config: TransformerConfig) -> FeedForward:
         """The feed-forward block a layer built from `config` uses."""
-        return cls(config.d_model, config.d_ff, config.dropout, config.activation)
+        return cls(config.d_model, config.d_ff, config.dropout, config.activation, config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., d_model), through a hidden layer of width d_ff."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        hidden = self.activation(self.linear1(x))  # (..., d_ff)
+        if self.linear3 is not None:
+            hidden = hidden * self.linear3(x)  # SwiGLU: the activated branch gates the linear one
+        return self.linear2(self.dropout(hidden))
 
 
 class LayerNorm(nn.Module):
@@ -64,6 +74,26 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
+class RMSNorm(nn.Module):
+    """Scale each vector by the inverse of its root mean square, then by a gain per feature (Zhang & Sennrich, 2019).
+
+    y = x / sqrt(mean(x ** 2) + eps) * weight: no mean subtracted and no shift, so fewer operations
+    than LayerNorm. The same as ``nn.RMSNorm(d_model, eps)``. Shape (..., d_model) -> (..., d_model).
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # one gain per feature
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) -> (..., d_model)."""
+        inverse_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return x * inverse_rms * self.weight
+
+
 def make_norm(config: TransformerConfig) -> nn.Module:
     """The normalisation layer every layer and stack built from `config` uses: (..., d_model) -> same."""
+    if config.norm == "rms":
+        return RMSNorm(config.d_model, config.eps)
     return LayerNorm(config.d_model, config.eps)
