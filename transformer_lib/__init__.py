@@ -37,7 +37,13 @@ from .interop import from_torch, load_from_torch, load_into_torch, to_torch
 from .layers import FeedForward, LayerNorm, RMSNorm
 from .masks import causal_mask, combine_masks, from_torch_convention, padding_mask, target_mask, to_torch_convention
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer, nucleus
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from .positional import (
+    LearnedPositionalEncoding,
+    RotaryPositions,
+    SinusoidalPositionalEncoding,
+    apply_rotary,
+    sinusoidal_encoding,
+)
 from .training import (
     History,
     bigram_loss,
@@ -98,6 +104,8 @@ __all__ = [
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
+    "apply_rotary",
+    "RotaryPositions",
     "scaled_dot_product_attention",
     "fused_attention",
     "MultiHeadAttention",

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
+from .positional import apply_rotary
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -138,25 +139,42 @@ class MultiHeadAttention(nn.Module):
     query and key may have different lengths.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+        rotary: bool = False,
+    ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads must be divisible by num_kv_heads: got num_heads={num_heads}, "
+                             f"num_kv_heads={num_kv_heads}")  # fmt: skip
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads  # < num_heads: grouped-query attention; 1: multi-query attention
         self.d_k = d_model // num_heads
+        if rotary and self.d_k % 2 != 0:
+            raise ValueError(f"rotary positions need an even head width, got d_k={self.d_k}")
+        self.rotary = rotary  # rotate queries and keys by their positions (RoPE) before the scores
         self.dropout_p = dropout  # a probability, applied to the attention weights while training
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)  # one key per key-value head
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.keep_weights = False  # set True (or use capture_attention) to keep the last weights
         self.last_weights: torch.Tensor | None = None
 
     @classmethod
-    def from_config(cls, config: TransformerConfig) -> MultiHeadAttention:
-        """The attention a layer built from `config` uses (self- or cross-attention alike)."""
-        return cls(config.d_model, config.num_heads, config.dropout, config.bias)
+    def from_config(cls, config: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
+        """The attention a layer built from `config` uses; rotary positions apply to self-attention only."""
+        rotary = config.positional == "rope" and not cross
+        return cls(config.d_model, config.num_heads, config.dropout, config.bias, config.num_kv_heads, rotary)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -175,10 +193,11 @@ class MultiHeadAttention(nn.Module):
                 f"{key.shape[0]} and {value.shape[0]}"
             )
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d_model) -> (B, num_heads, T, d_k)."""
+    def split_heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """(B, T, heads * d_k) -> (B, heads, T, d_k); heads defaults to num_heads."""
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        heads = self.num_heads if heads is None else heads
+        return x.view(B, T, heads, self.d_k).transpose(1, 2)  # (B, heads, T, d_k)
 
     def combine_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, num_heads, T, d_k) -> (B, T, d_model)."""
@@ -202,10 +221,17 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.q_proj(query))  # (B, h, T_q, d_k)
-        k = self.split_heads(self.k_proj(key))  # (B, h, T_k, d_k)
-        v = self.split_heads(self.v_proj(value))  # (B, h, T_k, d_k)
+        k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
+        v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
+        if self.rotary:  # positions continue after the cached ones; the cache keeps rotated keys
+            past = 0 if cache is None else len(cache)
+            q = apply_rotary(q, torch.arange(past, past + q.shape[-2], device=q.device))
+            k = apply_rotary(k, torch.arange(past, past + k.shape[-2], device=k.device))
         if cache is not None:
-            k, v = cache.update(k, v)  # (B, h, T_past + T_k, d_k)
+            k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k): the cache keeps only the h_kv heads
+        if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, h, T, d_k) each
         dropout_p = self.dropout_p if self.training else 0.0
         if need_weights or self.keep_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)

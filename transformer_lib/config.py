@@ -11,11 +11,16 @@ from dataclasses import dataclass, fields, replace
 
 __all__ = ["TransformerConfig"]
 
-_POSITIONAL = ("sinusoidal", "learned")
+_POSITIONAL = ("sinusoidal", "learned", "rope")
 _ACTIVATIONS = ("relu", "gelu", "swiglu")
 _NORMS = ("layer", "rms")
 # fields whose None means "follow another field"; each is resolved here, and only here
-_FOLLOWS = {"tgt_vocab_size": "vocab_size", "num_decoder_layers": "num_layers", "final_norm": "norm_first"}
+_FOLLOWS = {
+    "tgt_vocab_size": "vocab_size",
+    "num_decoder_layers": "num_layers",
+    "final_norm": "norm_first",
+    "num_kv_heads": "num_heads",
+}
 
 
 @dataclass(frozen=True)
@@ -40,20 +45,21 @@ class TransformerConfig:
     pad_id: int = 0  # token id of padding; masked out of attention and the loss
     norm_first: bool = False  # False = post-LN as in the 2017 paper; True = pre-LN (GPT-2)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
-    positional: str = "sinusoidal"  # "sinusoidal" (fixed) or "learned"
+    positional: str = "sinusoidal"  # "sinusoidal" (fixed, added), "learned" (added) or "rope" (rotary, in attention)
     activation: str = "relu"  # feed-forward: "relu" or "gelu", or "swiglu" (gated, three matrices; Llama)
     final_norm: bool | None = None  # a LayerNorm after the last layer of each stack; None = norm_first
     eps: float = 1e-5  # added to the variance inside every LayerNorm
     tie_embeddings: bool = False  # share the output head's weights with the (target) embedding
     norm: str = "layer"  # every normalisation layer: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
     bias: bool = True  # biases in the attention projections and the feed-forward linears (Llama has none)
+    num_kv_heads: int | None = None  # key-value heads; None = num_heads; fewer = grouped-query, 1 = multi-query
 
     def __post_init__(self) -> None:
         for name, source in _FOLLOWS.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self, source))  # frozen: resolve once, here
         for name in ("vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "num_decoder_layers",
-                     "d_ff", "max_len"):  # fmt: skip
+                     "d_ff", "max_len", "num_kv_heads"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -61,6 +67,11 @@ class TransformerConfig:
             raise ValueError(
                 f"d_model must be divisible by num_heads: got d_model={self.d_model}, "
                 f"num_heads={self.num_heads} (d_model % num_heads = {self.d_model % self.num_heads})"
+            )
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads must be divisible by num_kv_heads: got num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads} (num_heads % num_kv_heads = {self.num_heads % self.num_kv_heads})"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
@@ -72,6 +83,8 @@ class TransformerConfig:
             raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be True or False, got {self.bias!r}")
+        if self.positional == "rope" and self.d_k % 2 != 0:
+            raise ValueError(f"rotary positions need an even head width d_model // num_heads, got {self.d_k}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
         if not self.eps > 0:

@@ -23,7 +23,7 @@ class DecoderLayer(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
-        self.cross_attn = MultiHeadAttention.from_config(cfg) if cross_attention else None
+        self.cross_attn = MultiHeadAttention.from_config(cfg, cross=True) if cross_attention else None
         self.norm2 = make_norm(cfg) if cross_attention else None
         self.feed_forward = FeedForward.from_config(cfg)
         self.norm3 = make_norm(cfg)

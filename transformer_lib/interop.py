@@ -82,7 +82,8 @@ def _from_torch_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 def _settings(theirs: nn.Module) -> dict:
     """The config fields of a torch.nn module (or of the first layer of its stacks), in our names."""
     if isinstance(theirs, nn.MultiheadAttention):
-        return dict(d_model=theirs.embed_dim, num_heads=theirs.num_heads, dropout=theirs.dropout)
+        return dict(d_model=theirs.embed_dim, num_heads=theirs.num_heads, dropout=theirs.dropout,
+                    num_kv_heads=theirs.num_heads)  # fmt: skip
     if isinstance(theirs, nn.Transformer):
         return dict(_settings(theirs.encoder), num_layers=len(theirs.encoder.layers),
                     num_decoder_layers=len(theirs.decoder.layers), final_norm=True)  # fmt: skip
@@ -93,8 +94,8 @@ def _settings(theirs: nn.Module) -> dict:
         raise ValueError(f"only ReLU and GELU activations can be converted, got {theirs.activation!r}")
     return dict(d_model=theirs.self_attn.embed_dim, num_heads=theirs.self_attn.num_heads,
                 d_ff=theirs.linear1.out_features, dropout=theirs.dropout.p, norm_first=theirs.norm_first,
-                activation=act, eps=theirs.norm1.eps, norm="layer",
-                bias=theirs.linear1.bias is not None)  # fmt: skip
+                activation=act, eps=theirs.norm1.eps, norm="layer", bias=theirs.linear1.bias is not None,
+                num_kv_heads=theirs.self_attn.num_heads)  # fmt: skip
 
 
 def _check(ours: nn.Module, theirs: nn.Module) -> None:
@@ -102,9 +103,12 @@ def _check(ours: nn.Module, theirs: nn.Module) -> None:
     if (type(ours), type(theirs)) not in _PAIRS:
         pairs = ", ".join(f"{o.__name__} and {t.__name__}" for o, t in _PAIRS)
         raise TypeError(f"cannot load {type(ours).__name__} from {type(theirs).__name__}; supported: {pairs}")
+    if getattr(ours, "rotary", False) or getattr(getattr(ours, "config", None), "positional", None) == "rope":
+        raise ValueError("torch.nn's attention has no rotary positions; ours rotates queries and keys (RoPE)")
     if isinstance(ours, DecoderLayer | Decoder) and not _has_cross_attention(ours):
         raise ValueError("a decoder without cross-attention has no counterpart in torch.nn")
-    mine = vars(ours.config) if hasattr(ours, "config") else dict(d_model=ours.d_model, num_heads=ours.num_heads)
+    mine = vars(ours.config) if hasattr(ours, "config") else \
+        dict(d_model=ours.d_model, num_heads=ours.num_heads, num_kv_heads=ours.num_kv_heads)  # fmt: skip
     for name, value in _settings(theirs).items():
         if name == "num_layers" and isinstance(ours, Decoder):
             name = "num_decoder_layers"
@@ -157,13 +161,21 @@ def to_torch(ours: nn.Module) -> nn.Module:
     if kind is None:
         raise TypeError(f"no torch.nn counterpart for {type(ours).__name__}")
     if kind is nn.MultiheadAttention:
+        if ours.rotary:
+            raise ValueError("nn.MultiheadAttention has no rotary positions; ours rotates queries and keys")
+        if ours.num_kv_heads != ours.num_heads:
+            raise ValueError(f"nn.MultiheadAttention has one key-value head per head; ours has "
+                             f"num_kv_heads={ours.num_kv_heads} for num_heads={ours.num_heads}")  # fmt: skip
         bias = ours.q_proj.bias is not None
         theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, ours.dropout_p, bias=bias, batch_first=True)
         return load_into_torch(theirs, ours)
     cfg = ours.config
-    if cfg.norm != "layer" or cfg.activation not in ("relu", "gelu"):
-        raise ValueError(f"torch.nn's Transformer layers have LayerNorm and a ReLU or GELU feed-forward; ours has "
-                         f"norm={cfg.norm!r}, activation={cfg.activation!r}")  # fmt: skip
+    if cfg.positional == "rope":
+        raise ValueError("torch.nn's Transformer layers have no rotary positions; ours has positional='rope'")
+    if cfg.norm != "layer" or cfg.activation not in ("relu", "gelu") or cfg.num_kv_heads != cfg.num_heads:
+        raise ValueError(f"torch.nn's Transformer layers have LayerNorm, a ReLU or GELU feed-forward and one "
+                         f"key-value head per head; ours has norm={cfg.norm!r}, activation={cfg.activation!r}, "
+                         f"num_kv_heads={cfg.num_kv_heads} for num_heads={cfg.num_heads}")  # fmt: skip
     layer = dict(d_model=cfg.d_model, nhead=cfg.num_heads, dim_feedforward=cfg.d_ff, dropout=cfg.dropout,
                  activation=cfg.activation, layer_norm_eps=cfg.eps, batch_first=True,
                  norm_first=cfg.norm_first, bias=cfg.bias)  # fmt: skip

@@ -11,14 +11,14 @@ from .decoder import Decoder
 from .embedding import TokenEmbedding, check_token_ids
 from .encoder import Encoder
 from .masks import causal_mask, padding_mask, target_mask
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from .positional import LearnedPositionalEncoding, RotaryPositions, SinusoidalPositionalEncoding
 
 __all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegressor", "DecoderOnlyLM", "nucleus"]
 
 
 def _positional(cfg: TransformerConfig) -> nn.Module:
-    kind = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
-    return kind(cfg.d_model, cfg.max_len, cfg.dropout)
+    kinds = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding, "rope": RotaryPositions}
+    return kinds[cfg.positional](cfg.d_model, cfg.max_len, cfg.dropout)
 
 
 def _init_weights(model: nn.Module) -> None:

@@ -1,4 +1,9 @@
-"""Positional encodings: fixed sinusoids (Vaswani et al., 2017) and a learned table."""
+"""Positional encodings: fixed sinusoids (Vaswani et al., 2017), a learned table, and rotary positions (RoPE).
+
+Sinusoids and the learned table are *added* to the embeddings. Rotary positions (Su et al., 2024)
+add nothing: attention rotates each query and key by an angle proportional to its position
+(`apply_rotary`), so the stream carries no position and `RotaryPositions` only checks the length
+and applies dropout."""
 
 from __future__ import annotations
 
@@ -7,7 +12,13 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEncoding"]
+__all__ = [
+    "sinusoidal_encoding",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+    "apply_rotary",
+    "RotaryPositions",
+]
 
 
 def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -79,3 +90,41 @@ class LearnedPositionalEncoding(nn.Module):
         S = _check_length(x, offset, self.max_len, self.d_model)
         positions = torch.arange(offset, offset + S, device=x.device)  # (S,)
         return self.dropout(x + self.table(positions))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(..., d) -> (..., d): the halves (x1, x2) become (-x2, x1), a quarter turn of every pair (i, i + d/2)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotate queries or keys by their positions (RoPE): x (..., T, d), positions (T,) -> (..., T, d).
+
+    Dimensions i and i + d/2 form a pair, as in Hugging Face's Llama, and the pair at position p
+    turns by the angle p * base^(-2i/d). A dot product of a rotated query at position m with a
+    rotated key at position n then depends on m - n only.
+    """
+    d = x.shape[-1]
+    if d % 2 != 0:
+        raise ValueError(f"rotary positions turn pairs of dimensions, so the head width must be even; got {d}")
+    if positions.shape != (x.shape[-2],):
+        raise ValueError(f"expected one position per row, shape ({x.shape[-2]},), got {tuple(positions.shape)}")
+    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # (d/2,)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, d/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, d): pair (i, i + d/2) shares an angle
+    return x * angles.cos().to(x.dtype) + _rotate_half(x) * angles.sin().to(x.dtype)
+
+
+class RotaryPositions(nn.Module):
+    """What a model with rotary positions does to its embeddings: checks the length, applies dropout, adds nothing."""
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, S, d_model) -> (B, S, d_model); the positions are applied inside attention."""
+        _check_length(x, offset, self.max_len, self.d_model)
+        return self.dropout(x)

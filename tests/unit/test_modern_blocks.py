@@ -1,5 +1,7 @@
 """The blocks of today's models as config fields: RMSNorm, the SwiGLU feed-forward, bias-free linears."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,3 +79,120 @@ def test_torch_nn_interop_refuses_blocks_it_does_not_have():
     no_bias = tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, dropout=0.0, bias=False)
     with pytest.raises(ValueError, match="bias differs: ours is False"):
         tl.load_from_torch(no_bias, theirs)
+
+
+def _mha_with_shared_heads(gqa: tl.MultiHeadAttention) -> tl.MultiHeadAttention:
+    """A standard multi-head attention whose key and value heads repeat gqa's, one copy per query head."""
+    mha = tl.MultiHeadAttention(gqa.d_model, gqa.num_heads)
+    group, d_k = gqa.num_heads // gqa.num_kv_heads, gqa.d_k
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            w = getattr(gqa, name).weight.view(gqa.num_kv_heads, d_k, -1)  # (h_kv, d_k, d_model)
+            b = getattr(gqa, name).bias.view(gqa.num_kv_heads, d_k)  # (h_kv, d_k)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(group, 0).reshape(-1, gqa.d_model))
+            getattr(mha, name).bias.copy_(b.repeat_interleave(group, 0).reshape(-1))
+    return mha
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
+def test_grouped_query_attention_equals_mha_with_shared_heads_and_torch(num_kv_heads):
+    torch.manual_seed(2)
+    gqa = tl.MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads).eval()
+    assert gqa.k_proj.out_features == num_kv_heads * 8
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mha = _mha_with_shared_heads(gqa).eval()
+    for need_weights in (False, True):
+        torch.testing.assert_close(gqa(x, memory, memory, mask, need_weights)[0], mha(x, memory, memory, mask)[0])
+    # and PyTorch's own grouped-query kernel on the same projections
+    q = gqa.split_heads(gqa.q_proj(x))  # (2, 4, 5, 8)
+    k = gqa.split_heads(gqa.k_proj(memory), num_kv_heads)  # (2, h_kv, 7, 8)
+    v = gqa.split_heads(gqa.v_proj(memory), num_kv_heads)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # (2, 4, 5, 8)
+    torch.testing.assert_close(gqa(x, memory, memory, mask)[0], gqa.out_proj(gqa.combine_heads(theirs)))
+
+
+def test_kv_cache_memory_shrinks_with_the_key_value_heads():
+    sizes = {}
+    for kv in (8, 2, 1):
+        torch.manual_seed(0)
+        lm = tl.DecoderOnlyLM(vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64,
+                              dropout=0.0).eval()  # fmt: skip
+        prompt = torch.randint(1, 20, (1, 4))
+        with_cache = lm.generate(prompt, max_new_tokens=12, temperature=0.0)
+        assert torch.equal(with_cache, lm.generate(prompt, max_new_tokens=12, temperature=0.0, use_cache=False))
+        caches = lm.new_cache()
+        with torch.no_grad():
+            lm(with_cache, caches=caches)
+        sizes[kv] = sum(t.numel() * t.element_size() for c in caches for t in (c.key, c.value))
+    assert sizes[8] == 4 * sizes[2] == 8 * sizes[1]  # h, h/4 and 1 key-value heads
+
+
+def test_grouped_query_errors_are_clear():
+    with pytest.raises(
+        ValueError, match=r"num_heads must be divisible by num_kv_heads: got num_heads=4, num_kv_heads=3"
+    ):
+        tl.TransformerConfig(num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="num_kv_heads must be a positive int, got 0"):
+        tl.TransformerConfig(num_kv_heads=0)
+    with pytest.raises(ValueError, match="num_heads=6, num_kv_heads=4"):
+        tl.MultiHeadAttention(48, 6, num_kv_heads=4)
+    with pytest.raises(ValueError, match="one key-value head per head"):
+        tl.to_torch(tl.MultiHeadAttention(16, 4, num_kv_heads=2))
+    assert tl.TransformerConfig(num_heads=8).replace(num_heads=4).num_kv_heads == 4  # it follows num_heads
+
+
+def test_rotary_positions_turn_each_pair_by_the_closed_form_angle():
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # (T=3, d=2): one pair, dimensions (0, 1)
+    out = tl.apply_rotary(x, torch.tensor([0, 1, 2]))
+    c1, s1, c2, s2 = math.cos(1), math.sin(1), math.cos(2), math.sin(2)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 0.0], [c1, s1], [-s2, c2]]))
+    # with d = 8 the pair (i, i + 4) turns by p * 10000 ** (-2i / 8): check pair i = 1 at position 5
+    v = torch.zeros(6, 8)
+    v[5, 1] = 1.0
+    angle = 5 * 10000 ** (-2 / 8)
+    rotated = tl.apply_rotary(v, torch.arange(6))[5]
+    torch.testing.assert_close(rotated[[1, 5]], torch.tensor([math.cos(angle), math.sin(angle)]))
+    torch.testing.assert_close(rotated.norm(), torch.tensor(1.0))  # a rotation keeps the length
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    torch.manual_seed(3)
+    q, k = torch.randn(16), torch.randn(16)
+
+    def score(m, n):
+        rq = tl.apply_rotary(q.expand(1, 16), torch.tensor([m]))[0]
+        rk = tl.apply_rotary(k.expand(1, 16), torch.tensor([n]))[0]
+        return (rq @ rk).item()
+
+    assert score(7, 3) == pytest.approx(score(4, 0), abs=1e-5) == pytest.approx(score(40, 36), abs=1e-5)
+    assert score(7, 3) != pytest.approx(score(7, 4), abs=1e-3)  # a different offset, a different score
+
+
+def test_rope_model_positions_live_in_self_attention_and_the_cache_keeps_them():
+    torch.manual_seed(4)
+    modern = dict(positional="rope", norm="rms", activation="swiglu", bias=False, num_kv_heads=2, norm_first=True)
+    lm = tl.DecoderOnlyLM(vocab_size=20, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, **modern).eval()
+    assert isinstance(lm.pos, tl.RotaryPositions) and all(layer.self_attn.rotary for layer in lm.decoder.layers)
+    prompt = torch.randint(1, 20, (2, 5))
+    cached = lm.generate(prompt, max_new_tokens=10, temperature=0.0)
+    assert torch.equal(cached, lm.generate(prompt, max_new_tokens=10, temperature=0.0, use_cache=False))
+    order = lm(prompt)[:, -1]
+    assert not torch.allclose(order, lm(prompt.flip(1))[:, -1], atol=1e-4)  # position matters
+    seq2seq = tl.Transformer(vocab_size=20, d_model=32, num_heads=4, num_layers=1, d_ff=64, positional="rope")
+    layer = seq2seq.decoder.layers[0]
+    assert layer.self_attn.rotary and not layer.cross_attn.rotary  # no shared positions across the two stacks
+
+
+def test_rope_errors_and_interop_are_clear():
+    with pytest.raises(ValueError, match="rotary positions need an even head width d_model // num_heads, got 3"):
+        tl.TransformerConfig(d_model=12, num_heads=4, positional="rope")
+    with pytest.raises(ValueError, match="positional must be one of .*'rope'.*got 'alibi'"):
+        tl.TransformerConfig(positional="alibi")
+    with pytest.raises(ValueError, match="no rotary positions"):
+        tl.to_torch(tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"))
+    with pytest.raises(ValueError, match="no rotary positions"):
+        tl.load_from_torch(tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"),
+                           nn.TransformerEncoderLayer(16, 2, 32, batch_first=True))  # fmt: skip
