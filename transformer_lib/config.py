@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 __all__ = ["TransformerConfig"]
 
 _POSITIONAL = ("sinusoidal", "learned", "rope")
-_ACTIVATIONS = ("relu", "gelu", "swiglu")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 _NORMS = ("layer", "rms")
 # fields whose None means "follow another field"; each is resolved here, and only here
 _FOLLOWS = {
@@ -46,7 +46,7 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the 2017 paper; True = pre-LN (GPT-2)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed, added), "learned" (added) or "rope" (rotary, in attention)
-    activation: str = "relu"  # feed-forward: "relu" or "gelu", or "swiglu" (gated, three matrices; Llama)
+    activation: str = "relu"  # feed-forward: "relu", "gelu", "gelu_tanh" (GPT-2) or "swiglu" (gated; Llama)
     final_norm: bool | None = None  # a LayerNorm after the last layer of each stack; None = norm_first
     eps: float = 1e-5  # added to the variance inside every LayerNorm
     tie_embeddings: bool = False  # share the output head's weights with the (target) embedding

@@ -17,7 +17,12 @@ from .config import TransformerConfig
 __all__ = ["FeedForward", "LayerNorm", "RMSNorm", "make_norm"]
 
 # "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
+    "swiglu": F.silu,
+}
 
 
 class FeedForward(nn.Module):

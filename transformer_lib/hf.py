@@ -1,0 +1,197 @@
+"""Weights to and from Hugging Face `transformers`: GPT-2 and Llama in the book's DecoderOnlyLM, and back.
+
+GPT-2 is the 2017 decoder with four changes, each a config field here: the norm comes first
+(pre-LN) and once more at the end, positions are a learned table, the feed-forward uses GELU's tanh
+approximation, and the output layer shares the token table. Its linear layers are stored as
+`Conv1D`, which computes x @ W + b with W of shape (in, out): the transpose of `nn.Linear`'s weight.
+Llama goes further: RMSNorm, rotary positions, a SwiGLU feed-forward, grouped-query attention and
+no biases, again one config field each. `transformers` is an optional dependency (the test extra
+installs it); nothing here downloads.
+
+    ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or a LlamaForCausalLM; logits equal to 1e-5
+    theirs = to_hf(ours)                                      # the same kind of model, with our weights
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import TransformerConfig
+from .models import DecoderOnlyLM
+
+__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config"]
+
+
+def gpt2_config(hf_config) -> TransformerConfig:
+    """A GPT2Config -> the TransformerConfig of the same architecture."""
+    if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"only GPT-2's tanh GELU is supported, got activation {hf_config.activation_function!r}")
+    return TransformerConfig(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.n_embd,
+        num_heads=hf_config.n_head,
+        num_layers=hf_config.n_layer,
+        d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+        dropout=0.0,  # inference; set it on the config to fine-tune
+        max_len=hf_config.n_positions,
+        norm_first=True,
+        final_norm=True,
+        scale_embedding=False,
+        positional="learned",
+        activation="gelu_tanh",
+        eps=hf_config.layer_norm_epsilon,
+        tie_embeddings=True,
+    )
+
+
+def _gpt2_names(num_layers: int) -> list[tuple[str, str, bool]]:
+    """(our name, GPT-2's name, transposed?) for every tensor but the fused q/k/v projection."""
+    names = [("embed.table.weight", "transformer.wte.weight", False),
+             ("pos.table.weight", "transformer.wpe.weight", False),
+             ("decoder.norm.weight", "transformer.ln_f.weight", False),
+             ("decoder.norm.bias", "transformer.ln_f.bias", False)]  # fmt: skip
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"transformer.h.{i}."
+        pairs = (("norm1", "ln_1", False), ("norm3", "ln_2", False), ("self_attn.out_proj", "attn.c_proj", True),
+                 ("feed_forward.linear1", "mlp.c_fc", True), ("feed_forward.linear2", "mlp.c_proj", True))  # fmt: skip
+        for a, b, t in pairs:
+            names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight", t), (f"{ours}{a}.bias", f"{theirs}{b}.bias", False)]
+    return names
+
+
+def _rope_theta(hf_config) -> float:
+    parameters = getattr(hf_config, "rope_parameters", None) or {}
+    if parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"only plain rotary positions are supported, got rope_type {parameters['rope_type']!r}")
+    return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def llama_config(hf_config) -> TransformerConfig:
+    """A LlamaConfig -> the TransformerConfig of the same architecture."""
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    checks = {"hidden_act": (hf_config.hidden_act, "silu"),
+              "attention_bias": (hf_config.attention_bias, False),
+              "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
+              "rope theta": (_rope_theta(hf_config), 10000.0),
+              "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads)}  # fmt: skip
+    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
+    if unsupported:
+        raise ValueError(f"this Llama differs from what the book builds: {unsupported}")
+    return TransformerConfig(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_kv_heads=hf_config.num_key_value_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        dropout=0.0,
+        max_len=hf_config.max_position_embeddings,
+        norm_first=True,
+        final_norm=True,
+        scale_embedding=False,
+        positional="rope",
+        activation="swiglu",
+        norm="rms",
+        eps=hf_config.rms_norm_eps,
+        bias=False,
+        tie_embeddings=hf_config.tie_word_embeddings,
+    )
+
+
+def _llama_names(num_layers: int) -> list[tuple[str, str, bool]]:
+    """(our name, Llama's name, transposed?) for every tensor: the same layout, other names."""
+    names = [("embed.table.weight", "model.embed_tokens.weight", False),
+             ("decoder.norm.weight", "model.norm.weight", False),
+             ("head.weight", "lm_head.weight", False)]  # fmt: skip
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"model.layers.{i}."
+        pairs = (("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj", "self_attn.k_proj"),
+                 ("self_attn.v_proj", "self_attn.v_proj"), ("self_attn.out_proj", "self_attn.o_proj"),
+                 ("feed_forward.linear1", "mlp.gate_proj"), ("feed_forward.linear3", "mlp.up_proj"),
+                 ("feed_forward.linear2", "mlp.down_proj"), ("norm1", "input_layernorm"),
+                 ("norm3", "post_attention_layernorm"))  # fmt: skip
+        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight", False) for a, b in pairs]
+    return names
+
+
+def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
+    """A GPT2LMHeadModel or LlamaForCausalLM -> our DecoderOnlyLM with the same weights, in eval mode."""
+    kind = type(hf_model).__name__
+    if kind == "LlamaForCausalLM":
+        cfg = llama_config(hf_model.config)
+        ours = DecoderOnlyLM(cfg)
+        theirs = hf_model.state_dict()
+        state = {a: theirs[b] for a, b, _ in _llama_names(cfg.num_layers)}
+        state["head.bias"] = torch.zeros(cfg.vocab_size)  # Llama's output layer has no bias
+        ours.load_state_dict(state)
+        return ours.eval()
+    if kind != "GPT2LMHeadModel":
+        raise TypeError(f"from_hf takes a GPT2LMHeadModel or a LlamaForCausalLM, got {kind}")
+    cfg = gpt2_config(hf_model.config)
+    ours = DecoderOnlyLM(cfg)
+    theirs = hf_model.state_dict()
+    state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
+    for i in range(cfg.num_layers):
+        w, b = theirs[f"transformer.h.{i}.attn.c_attn.weight"], theirs[f"transformer.h.{i}.attn.c_attn.bias"]
+        for name, w_part, b_part in zip("qkv", w.T.chunk(3), b.chunk(3)):  # (3d, d) -> three (d, d)
+            state[f"decoder.layers.{i}.self_attn.{name}_proj.weight"] = w_part
+            state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
+    state["head.weight"] = state["embed.table.weight"]  # tied
+    state["head.bias"] = torch.zeros(cfg.vocab_size)  # GPT-2's output layer has no bias
+    ours.load_state_dict(state)
+    return ours.eval()
+
+
+def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = ours.config
+    hf_config = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                            num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+                            num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_len,
+                            rms_norm_eps=cfg.eps, tie_word_embeddings=cfg.tie_embeddings)  # fmt: skip
+    expected = llama_config(hf_config)
+    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
+    if differ:
+        raise ValueError(f"not a Llama architecture; these fields differ (ours, Llama's): {differ}")
+    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
+        raise ValueError("Llama's output layer has no bias, and ours holds a non-zero one")
+    hf = LlamaForCausalLM(hf_config)
+    mine = ours.state_dict()
+    hf.load_state_dict({b: mine[a] for a, b, _ in _llama_names(cfg.num_layers)})
+    return hf.eval()
+
+
+def to_hf(ours: DecoderOnlyLM) -> nn.Module:
+    """Our GPT-2- or Llama-shaped DecoderOnlyLM -> a GPT2LMHeadModel or LlamaForCausalLM with the same weights."""
+    if not isinstance(ours, DecoderOnlyLM):
+        raise TypeError(f"to_hf takes a DecoderOnlyLM, got {type(ours).__name__}")
+    if ours.config.positional == "rope":
+        return _to_llama(ours)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = ours.config
+    expected = gpt2_config(GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads,
+                                      n_layer=cfg.num_layers, n_inner=cfg.d_ff, n_positions=cfg.max_len,
+                                      layer_norm_epsilon=cfg.eps))  # fmt: skip
+    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
+    if differ:
+        raise ValueError(f"not a GPT-2 architecture; these fields differ (ours, GPT-2's): {differ}")
+    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
+        raise ValueError("GPT-2's output layer has no bias, and ours holds a non-zero one")
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads,
+                                    n_layer=cfg.num_layers, n_inner=cfg.d_ff, n_positions=cfg.max_len,
+                                    layer_norm_epsilon=cfg.eps, activation_function="gelu_new"))  # fmt: skip
+    mine = ours.state_dict()
+    state = {b: (mine[a].T if t else mine[a]) for a, b, t in _gpt2_names(cfg.num_layers)}
+    for i in range(cfg.num_layers):
+        attn = f"decoder.layers.{i}.self_attn."
+        state[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([mine[f"{attn}{n}_proj.weight"] for n in "qkv"]).T
+        state[f"transformer.h.{i}.attn.c_attn.bias"] = torch.cat([mine[f"{attn}{n}_proj.bias"] for n in "qkv"])
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")]
+    if missing or unexpected:
+        raise ValueError(f"GPT-2 state does not match: missing {missing}, unexpected {unexpected}")
+    return hf.eval()
