@@ -47,8 +47,8 @@ class TransformerConfig:
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed, added), "learned" (added) or "rope" (rotary, in attention)
     activation: str = "relu"  # feed-forward: "relu", "gelu", "gelu_tanh" (GPT-2) or "swiglu" (gated; Llama)
-    final_norm: bool | None = None  # a LayerNorm after the last layer of each stack; None = norm_first
-    eps: float = 1e-5  # added to the variance inside every LayerNorm
+    final_norm: bool | None = None  # a norm after the last layer of each stack; None = norm_first
+    eps: float = 1e-5  # added to the variance (LayerNorm) or mean square (RMSNorm) inside every norm
     tie_embeddings: bool = False  # share the output head's weights with the (target) embedding
     norm: str = "layer"  # every normalisation layer: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
     bias: bool = True  # biases in the attention projections and the feed-forward linears (Llama has none)
