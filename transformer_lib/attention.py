@@ -113,22 +113,43 @@ def fused_attention(
 
 
 class KVCache:
-    """Keys and values of the positions seen so far by one attention layer, (B, num_heads, T_past, d_k)."""
+    """Keys and values of the positions seen so far by one attention layer, (B, num_kv_heads, T_past, d_k).
 
-    def __init__(self) -> None:
+    Without a capacity the cache grows by concatenation. With one (generate passes the final length)
+    it allocates (B, h, capacity, d_k) buffers on the first update and writes each step into them,
+    so a step copies only its own keys and values; `key` and `value` are views of the filled part.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
         self.key: torch.Tensor | None = None
         self.value: torch.Tensor | None = None
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return 0 if self.key is None else self.key.shape[-2]
 
     def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new (B, h, T_new, d_k) keys and values; return all of them, (B, h, T_past + T_new, d_k)."""
-        if self.key is None:
-            self.key, self.value = key, value
-        else:
-            self.key = torch.cat([self.key, key], dim=-2)
-            self.value = torch.cat([self.value, value], dim=-2)
+        past, new = len(self), key.shape[-2]
+        if self.capacity is None:
+            self.key = key if self.key is None else torch.cat([self.key, key], dim=-2)
+            self.value = value if self.value is None else torch.cat([self.value, value], dim=-2)
+            return self.key, self.value
+        if past + new > self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} positions; {past} + {new} would not fit")
+        if self._buffers is None:
+            B, h, _, d = key.shape
+            self._buffers = (
+                key.new_empty(B, h, self.capacity, d),
+                value.new_empty(B, h, self.capacity, value.shape[-1]),
+            )
+        keys, values = self._buffers
+        keys[:, :, past : past + new] = key
+        values[:, :, past : past + new] = value
+        self.key, self.value = keys[:, :, : past + new], values[:, :, : past + new]  # views, no copy
         return self.key, self.value
 
 

@@ -334,16 +334,17 @@ class DecoderOnlyLM(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.embed.table.weight
 
-    def new_cache(self) -> list[KVCache]:
-        """One empty KVCache per layer."""
-        return [KVCache() for _ in self.decoder.layers]
+    def new_cache(self, capacity: int | None = None) -> list[KVCache]:
+        """One empty KVCache per layer; with a capacity, each keeps its keys and values in one preallocated buffer."""
+        return [KVCache(capacity) for _ in self.decoder.layers]
 
     def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """tokens (B, T) -> logits (B, T, V). With caches, tokens continue the cached positions."""
         _check_2d(tokens, "tokens")
         _, T = tokens.shape
         past = 0 if caches is None else len(caches[0])
-        mask = causal_mask(past + T, device=tokens.device)[past:]  # (T, past + T): rows of the new positions
+        # (T, past + T): rows of the new positions; a single new position may see every key, so no mask
+        mask = None if T == 1 else causal_mask(past + T, device=tokens.device)[past:]
         x = self.pos(self.embed(tokens), offset=past)  # (B, T, d_model)
         x = self.decoder(x, tgt_mask=mask, caches=caches)  # (B, T, d_model)
         return self.head(x)  # (B, T, V)
@@ -375,7 +376,7 @@ class DecoderOnlyLM(nn.Module):
                 f"exceeds max_len={self.config.max_len}"
             )
         out = prompt
-        caches = self.new_cache() if use_cache else None
+        caches = self.new_cache(capacity=total) if use_cache else None
         step_input = prompt
         for _ in range(max_new_tokens):
             logits = self(step_input if use_cache else out, caches)[:, -1]  # (B, V)

@@ -196,3 +196,18 @@ def test_rope_errors_and_interop_are_clear():
     with pytest.raises(ValueError, match="no rotary positions"):
         tl.load_from_torch(tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"),
                            nn.TransformerEncoderLayer(16, 2, 32, batch_first=True))  # fmt: skip
+
+
+def test_a_preallocated_kv_cache_gives_the_same_keys_and_tokens():
+    torch.manual_seed(5)
+    grow, fixed = tl.KVCache(), tl.KVCache(capacity=7)
+    for n in (3, 1, 1, 2):
+        k, v = torch.randn(2, 4, n, 8), torch.randn(2, 4, n, 8)
+        a, b = grow.update(k, v), fixed.update(k, v)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and len(grow) == len(fixed)
+    with pytest.raises(ValueError, match="the cache holds 7 positions; 7 \\+ 1 would not fit"):
+        fixed.update(torch.randn(2, 4, 1, 8), torch.randn(2, 4, 1, 8))
+    lm = tl.DecoderOnlyLM(vocab_size=30, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0).eval()
+    prompt = torch.randint(1, 30, (3, 4))
+    cached = lm.generate(prompt, max_new_tokens=15, temperature=0.0)  # preallocated caches, no mask per step
+    assert torch.equal(cached, lm.generate(prompt, max_new_tokens=15, temperature=0.0, use_cache=False))
