@@ -23,21 +23,22 @@ from .models import DecoderOnlyLM
 __all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config"]
 
 
+def _decoder_only(**fields) -> TransformerConfig:
+    """What GPT-2 and Llama share: pre-LN with a final norm, unscaled embeddings, no dropout at inference."""
+    return TransformerConfig(dropout=0.0, norm_first=True, final_norm=True, scale_embedding=False, **fields)
+
+
 def gpt2_config(hf_config) -> TransformerConfig:
     """A GPT2Config -> the TransformerConfig of the same architecture."""
     if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"only GPT-2's tanh GELU is supported, got activation {hf_config.activation_function!r}")
-    return TransformerConfig(
+    return _decoder_only(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.n_embd,
         num_heads=hf_config.n_head,
         num_layers=hf_config.n_layer,
         d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
-        dropout=0.0,  # inference; set it on the config to fine-tune
         max_len=hf_config.n_positions,
-        norm_first=True,
-        final_norm=True,
-        scale_embedding=False,
         positional="learned",
         activation="gelu_tanh",
         eps=hf_config.layer_norm_epsilon,
@@ -78,18 +79,14 @@ def llama_config(hf_config) -> TransformerConfig:
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
     if unsupported:
         raise ValueError(f"this Llama differs from what the book builds: {unsupported}")
-    return TransformerConfig(
+    return _decoder_only(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.hidden_size,
         num_heads=hf_config.num_attention_heads,
         num_kv_heads=hf_config.num_key_value_heads,
         num_layers=hf_config.num_hidden_layers,
         d_ff=hf_config.intermediate_size,
-        dropout=0.0,
         max_len=hf_config.max_position_embeddings,
-        norm_first=True,
-        final_norm=True,
-        scale_embedding=False,
         positional="rope",
         activation="swiglu",
         norm="rms",
@@ -99,11 +96,10 @@ def llama_config(hf_config) -> TransformerConfig:
     )
 
 
-def _llama_names(num_layers: int) -> list[tuple[str, str, bool]]:
-    """(our name, Llama's name, transposed?) for every tensor: the same layout, other names."""
-    names = [("embed.table.weight", "model.embed_tokens.weight", False),
-             ("decoder.norm.weight", "model.norm.weight", False),
-             ("head.weight", "lm_head.weight", False)]  # fmt: skip
+def _llama_names(num_layers: int) -> list[tuple[str, str]]:
+    """(our name, Llama's name) for every tensor: the same layout and shapes, other names."""
+    names = [("embed.table.weight", "model.embed_tokens.weight"), ("decoder.norm.weight", "model.norm.weight"),
+             ("head.weight", "lm_head.weight")]  # fmt: skip
     for i in range(num_layers):
         ours, theirs = f"decoder.layers.{i}.", f"model.layers.{i}."
         pairs = (("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj", "self_attn.k_proj"),
@@ -111,36 +107,42 @@ def _llama_names(num_layers: int) -> list[tuple[str, str, bool]]:
                  ("feed_forward.linear1", "mlp.gate_proj"), ("feed_forward.linear3", "mlp.up_proj"),
                  ("feed_forward.linear2", "mlp.down_proj"), ("norm1", "input_layernorm"),
                  ("norm3", "post_attention_layernorm"))  # fmt: skip
-        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight", False) for a, b in pairs]
+        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight") for a, b in pairs]
     return names
 
 
 def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
     """A GPT2LMHeadModel or LlamaForCausalLM -> our DecoderOnlyLM with the same weights, in eval mode."""
     kind = type(hf_model).__name__
+    theirs = hf_model.state_dict()
     if kind == "LlamaForCausalLM":
         cfg = llama_config(hf_model.config)
-        ours = DecoderOnlyLM(cfg)
-        theirs = hf_model.state_dict()
-        state = {a: theirs[b] for a, b, _ in _llama_names(cfg.num_layers)}
-        state["head.bias"] = torch.zeros(cfg.vocab_size)  # Llama's output layer has no bias
-        ours.load_state_dict(state)
-        return ours.eval()
-    if kind != "GPT2LMHeadModel":
+        state = {a: theirs[b] for a, b in _llama_names(cfg.num_layers)}
+    elif kind == "GPT2LMHeadModel":
+        cfg = gpt2_config(hf_model.config)
+        state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
+        for i in range(cfg.num_layers):
+            w, b = theirs[f"transformer.h.{i}.attn.c_attn.weight"], theirs[f"transformer.h.{i}.attn.c_attn.bias"]
+            for name, w_part, b_part in zip("qkv", w.T.chunk(3), b.chunk(3)):  # (3d, d) -> three (d, d)
+                state[f"decoder.layers.{i}.self_attn.{name}_proj.weight"] = w_part
+                state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
+        state["head.weight"] = state["embed.table.weight"]  # tied
+    else:
         raise TypeError(f"from_hf takes a GPT2LMHeadModel or a LlamaForCausalLM, got {kind}")
-    cfg = gpt2_config(hf_model.config)
+    state["head.bias"] = torch.zeros(cfg.vocab_size)  # neither output layer has a bias
     ours = DecoderOnlyLM(cfg)
-    theirs = hf_model.state_dict()
-    state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
-    for i in range(cfg.num_layers):
-        w, b = theirs[f"transformer.h.{i}.attn.c_attn.weight"], theirs[f"transformer.h.{i}.attn.c_attn.bias"]
-        for name, w_part, b_part in zip("qkv", w.T.chunk(3), b.chunk(3)):  # (3d, d) -> three (d, d)
-            state[f"decoder.layers.{i}.self_attn.{name}_proj.weight"] = w_part
-            state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
-    state["head.weight"] = state["embed.table.weight"]  # tied
-    state["head.bias"] = torch.zeros(cfg.vocab_size)  # GPT-2's output layer has no bias
     ours.load_state_dict(state)
     return ours.eval()
+
+
+def _check_architecture(ours: DecoderOnlyLM, expected: TransformerConfig, family: str) -> None:
+    """Refuse a model whose config differs from `family`'s, or whose output layer holds a bias, naming what differs."""
+    cfg = ours.config
+    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
+    if differ:
+        raise ValueError(f"not a {family} architecture; these fields differ (ours, {family}'s): {differ}")
+    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
+        raise ValueError(f"{family}'s output layer has no bias, and ours holds a non-zero one")
 
 
 def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
@@ -151,15 +153,10 @@ def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
                             num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
                             num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_len,
                             rms_norm_eps=cfg.eps, tie_word_embeddings=cfg.tie_embeddings)  # fmt: skip
-    expected = llama_config(hf_config)
-    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
-    if differ:
-        raise ValueError(f"not a Llama architecture; these fields differ (ours, Llama's): {differ}")
-    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
-        raise ValueError("Llama's output layer has no bias, and ours holds a non-zero one")
+    _check_architecture(ours, llama_config(hf_config), "Llama")
     hf = LlamaForCausalLM(hf_config)
     mine = ours.state_dict()
-    hf.load_state_dict({b: mine[a] for a, b, _ in _llama_names(cfg.num_layers)})
+    hf.load_state_dict({b: mine[a] for a, b in _llama_names(cfg.num_layers)})
     return hf.eval()
 
 
@@ -172,17 +169,11 @@ def to_hf(ours: DecoderOnlyLM) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = ours.config
-    expected = gpt2_config(GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads,
-                                      n_layer=cfg.num_layers, n_inner=cfg.d_ff, n_positions=cfg.max_len,
-                                      layer_norm_epsilon=cfg.eps))  # fmt: skip
-    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
-    if differ:
-        raise ValueError(f"not a GPT-2 architecture; these fields differ (ours, GPT-2's): {differ}")
-    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
-        raise ValueError("GPT-2's output layer has no bias, and ours holds a non-zero one")
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads,
-                                    n_layer=cfg.num_layers, n_inner=cfg.d_ff, n_positions=cfg.max_len,
-                                    layer_norm_epsilon=cfg.eps, activation_function="gelu_new"))  # fmt: skip
+    hf_config = GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads, n_layer=cfg.num_layers,
+                           n_inner=cfg.d_ff, n_positions=cfg.max_len, layer_norm_epsilon=cfg.eps,
+                           activation_function="gelu_new")  # fmt: skip
+    _check_architecture(ours, gpt2_config(hf_config), "GPT-2")
+    hf = GPT2LMHeadModel(hf_config)
     mine = ours.state_dict()
     state = {b: (mine[a].T if t else mine[a]) for a, b, t in _gpt2_names(cfg.num_layers)}
     for i in range(cfg.num_layers):

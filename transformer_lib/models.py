@@ -63,8 +63,8 @@ def _sample_next(
 
     top_k keeps the k likeliest tokens; top_p (nucleus sampling) keeps the smallest set of likeliest
     tokens whose probabilities add up to at least top_p. Both may be given; the rest get zero.
+    The settings are checked once, by the caller (`_check_sampling`), not at every step.
     """
-    _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     logits = logits / temperature
