@@ -3,6 +3,7 @@
     python benchmarks/attention.py [--repeats 30] [--device cpu]
 
 Attention: batch 32, length 64, d_model 128, 4 heads, forward + backward, median of repeats.
+Decoding: 256 new tokens from a decoder-only LM, and 128 from an encoder-decoder, with and without caches.
 The reference is the least a multi-head layer needs around PyTorch's fused kernel: the same four
 linear projections and one call of F.scaled_dot_product_attention, with no checks.
 """
@@ -86,6 +87,40 @@ def kv_cache_table(device: torch.device, new_tokens=256, d_model=128, h=4, layer
     print(f"speed-up {without / with_cache:.2f}x; identical tokens: {same}")
 
 
+def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_model=128, h=4, layers=4,
+                          repeats=3) -> None:  # fmt: skip
+    """Transformer.greedy_decode with and without its caches; eos_id=-1 is never produced, so every step runs."""
+    torch.manual_seed(0)
+    model = tl.Transformer(vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model,
+                           dropout=0.0, max_len=512).to(device).eval()  # fmt: skip
+    src = torch.randint(1, 64, (1, src_len), device=device)
+
+    def decode(use_cache):
+        return lambda: model.greedy_decode(src, bos_id=1, eos_id=-1, max_new_tokens=new_tokens, use_cache=use_cache)
+
+    @torch.no_grad()
+    def self_attention_cache_only():  # greedy_decode's cached loop without the cross caches
+        src_mask = model.make_src_mask(src)
+        memory, caches = model.encode(src, src_mask), model.new_cache(capacity=new_tokens)
+        out = torch.ones(1, 1, dtype=torch.long, device=device)  # (1, 1): BOS
+        for _ in range(new_tokens):
+            next_id = model.decode(out[:, -1:], memory, src_mask, caches=caches)[:, -1].argmax(-1)  # (1,)
+            out = torch.cat([out, next_id[:, None]], dim=1)  # (1, t + 1)
+        return out
+
+    cases = {"without caches": decode(False), "self-attention cache only": self_attention_cache_only,
+             "self-attention + cross-attention caches": decode(True)}  # fmt: skip
+    timings = _medians_ms(cases, repeats, device)
+    outputs = [fn() for fn in cases.values()]
+    same = all(torch.equal(outputs[0], out) for out in outputs[1:]) and outputs[0].shape[1] == new_tokens + 1
+    base = timings["without caches"]
+    print(f"\nEncoder-decoder greedy decoding of {new_tokens} new tokens from a {src_len}-token source, "
+          f"d_model={d_model}, {layers}+{layers} layers, batch 1, median of {repeats}")  # fmt: skip
+    for name, ms in timings.items():
+        print(f"{name:42s} {ms:9.1f} ms  speed-up {base / ms:5.2f}x")
+    print(f"identical tokens: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50)
@@ -95,6 +130,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}\n")
     attention_table(args.repeats, device)
     kv_cache_table(device)
+    encoder_decoder_table(device)
 
 
 if __name__ == "__main__":

@@ -118,12 +118,18 @@ class KVCache:
     Without a capacity the cache grows by concatenation. With one (generate passes the final length)
     it allocates (B, h, capacity, d_k) buffers on the first update and writes each step into them,
     so a step copies only its own keys and values; `key` and `value` are views of the filled part.
+
+    ``static=True`` makes a cross-attention cache: the encoder's memory does not change while the
+    decoder writes, so its keys and values are projected on the first call and read afterwards.
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None, static: bool = False) -> None:
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if static and capacity is not None:
+            raise ValueError("a static cache holds the memory's keys and values once; it takes no capacity")
         self.capacity = capacity
+        self.static = static  # True: filled once (cross-attention), then only read
         self.key: torch.Tensor | None = None
         self.value: torch.Tensor | None = None
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -131,9 +137,17 @@ class KVCache:
     def __len__(self) -> int:
         return 0 if self.key is None else self.key.shape[-2]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of memory the cache holds now: its buffers when preallocated, else its keys and values."""
+        held = self._buffers if self._buffers is not None else (self.key, self.value)
+        return sum(t.numel() * t.element_size() for t in held if t is not None)
+
     def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new (B, h, T_new, d_k) keys and values; return all of them, (B, h, T_past + T_new, d_k)."""
         past, new = len(self), key.shape[-2]
+        if self.static and past:
+            raise ValueError("this static cache already holds the memory's keys and values; read them, do not append")
         if self.capacity is None:
             self.key = key if self.key is None else torch.cat([self.key, key], dim=-2)
             self.value = value if self.value is None else torch.cat([self.value, value], dim=-2)
@@ -239,17 +253,23 @@ class MultiHeadAttention(nn.Module):
         mask: bool, True = may attend, broadcastable to (B, num_heads, T_q, T_k).
         weights (B, num_heads, T_q, T_k) when need_weights, else None and the fused kernel runs.
         cache: a KVCache; this call's keys and values are appended and the query attends to all.
+        A static cache (cross-attention) is filled from key and value on the first call and read after.
         """
         self._check_inputs(query, key, value)
+        if cache is not None and cache.static and self.rotary:
+            raise ValueError("a static cache is for cross-attention; this self-attention rotates positions (RoPE)")
         q = self.split_heads(self.q_proj(query))  # (B, h, T_q, d_k)
-        k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
-        v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
-        if self.rotary:  # positions continue after the cached ones; the cache keeps rotated keys
-            past = 0 if cache is None else len(cache)
-            q = apply_rotary(q, torch.arange(past, past + q.shape[-2], device=q.device))
-            k = apply_rotary(k, torch.arange(past, past + k.shape[-2], device=k.device))
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k): the cache keeps only the h_kv heads
+        if cache is not None and cache.static and len(cache):
+            k, v = cache.key, cache.value  # (B, h_kv, S, d_k): the memory's, projected on the first step
+        else:
+            k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
+            v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
+            if self.rotary:  # positions continue after the cached ones; the cache keeps rotated keys
+                past = 0 if cache is None else len(cache)
+                q = apply_rotary(q, torch.arange(past, past + q.shape[-2], device=q.device))
+                k = apply_rotary(k, torch.arange(past, past + k.shape[-2], device=k.device))
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k): the cache keeps only the h_kv heads
         if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, h, T, d_k) each

@@ -45,11 +45,13 @@ class DecoderLayer(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
     ) -> torch.Tensor:
         """x (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model).
 
         tgt_mask broadcastable to (B, h, T, T) and memory_mask to (B, h, T, S); bool, True = may attend.
-        cache: the self-attention's KVCache for incremental decoding.
+        cache: the self-attention's KVCache for incremental decoding. cross_cache: a static KVCache
+        that keeps the memory's keys and values after the first step.
         """
         if self.cross_attn is not None:
             self._check_memory(memory)
@@ -57,12 +59,12 @@ class DecoderLayer(nn.Module):
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0])
             if self.cross_attn is not None:
-                x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, memory_mask)[0])
+                x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, memory_mask, cache=cross_cache)[0])
             x = x + self.dropout(self.feed_forward(self.norm3(x)))
         else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
             x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask, cache=cache)[0]))
             if self.cross_attn is not None:
-                x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, memory_mask)[0]))
+                x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, memory_mask, cache=cross_cache)[0]))
             x = self.norm3(x + self.dropout(self.feed_forward(x)))
         return x
 
@@ -83,10 +85,16 @@ class Decoder(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
+        cross_caches: list[KVCache] | None = None,
     ) -> torch.Tensor:
-        """x (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model); one KVCache per layer if given."""
-        if caches is not None and len(caches) != len(self.layers):
-            raise ValueError(f"expected one KVCache per layer ({len(self.layers)}), got {len(caches)}")
+        """x (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model).
+
+        caches: one self-attention KVCache per layer; cross_caches: one static KVCache per layer.
+        """
+        for name, given in (("caches", caches), ("cross_caches", cross_caches)):
+            if given is not None and len(given) != len(self.layers):
+                raise ValueError(f"expected one KVCache per layer in {name} ({len(self.layers)}), got {len(given)}")
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i])
+            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i],
+                      None if cross_caches is None else cross_caches[i])  # fmt: skip
         return x if self.norm is None else self.norm(x)

@@ -133,11 +133,13 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
+        cross_caches: list[KVCache] | None = None,
     ) -> torch.Tensor:
         """tgt (B, T) ids, memory (B, S, d_model) -> logits (B, T, V_tgt).
 
         With caches (one KVCache per decoder layer), tgt continues the cached positions and, when
         no tgt_mask is given, each new token may attend to every earlier one and to itself.
+        With cross_caches (`new_cross_cache`), the memory's keys and values are projected once.
         """
         _check_2d(tgt, "tgt")
         past = 0 if caches is None else len(caches[0])
@@ -147,7 +149,7 @@ class Transformer(nn.Module):
             tgt_mask = causal_mask(past + tgt.shape[1], tgt.device)[past:]  # (T, past + T)
         # (one new token with a cache needs no mask: it may see every earlier position and itself)
         x = self.tgt_pos(self.tgt_embed(tgt), offset=past)  # (B, T, d_model)
-        x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # (B, T, d_model)
+        x = self.decoder(x, memory, tgt_mask, src_mask, caches, cross_caches)  # (B, T, d_model)
         return self.head(x)  # (B, T, V_tgt)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
@@ -155,9 +157,13 @@ class Transformer(nn.Module):
         src_mask = self.make_src_mask(src)
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
-    def new_cache(self) -> list[KVCache]:
-        """One empty KVCache per decoder layer, for the decoder's self-attention."""
-        return [KVCache() for _ in self.decoder.layers]
+    def new_cache(self, capacity: int | None = None) -> list[KVCache]:
+        """One empty KVCache per decoder layer, for the decoder's self-attention (preallocated with a capacity)."""
+        return [KVCache(capacity) for _ in self.decoder.layers]
+
+    def new_cross_cache(self) -> list[KVCache]:
+        """One empty static KVCache per decoder layer: cross-attention keys and values, computed once per source."""
+        return [KVCache(static=True) for _ in self.decoder.layers]
 
     @torch.no_grad()
     def greedy_decode(
@@ -165,8 +171,9 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding).
 
-        The encoder runs once. With use_cache, each step feeds only the newest token and the decoder's
-        self-attention reads earlier keys and values from a KVCache; the tokens are the same either way.
+        The encoder runs once. With use_cache, each step feeds only the newest token: the decoder's
+        self-attention reads earlier keys and values from a KVCache, and its cross-attention projects
+        the memory's keys and values once, at the first step. The tokens are the same either way.
         """
         _check_2d(src, "src")
         src_mask = self.make_src_mask(src)
@@ -174,10 +181,12 @@ class Transformer(nn.Module):
         B = src.shape[0]
         out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        caches = self.new_cache() if use_cache else None
+        caches = self.new_cache(capacity=max(max_new_tokens, 1)) if use_cache else None  # the last token is not fed
+        cross_caches = self.new_cross_cache() if use_cache else None
         for _ in range(max_new_tokens):
             step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
-            logits = self.decode(step_input, memory, src_mask, caches=caches)[:, -1]  # (B, V)
+            logits = self.decode(step_input, memory, src_mask, caches=caches, cross_caches=cross_caches)  # (B, t, V)
+            logits = logits[:, -1]  # (B, V)
             next_id = logits.argmax(dim=-1)  # (B,)
             next_id = next_id.masked_fill(done, self.pad_id)
             out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)

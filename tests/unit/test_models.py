@@ -128,7 +128,7 @@ def test_models_run_with_odd_sizes_and_batch_of_one():
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
 def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(norm_first, positional):
     torch.manual_seed(5)
     model = tl.Transformer(vocab_size=13, norm_first=norm_first, positional=positional, **SMALL).eval()
@@ -145,6 +145,47 @@ def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(no
     # one token at a time through the cache gives the logits of one full pass, at the rows not yet done
     full = model.decode(plain, memory, model.make_src_mask(src))
     assert torch.allclose(step_by_step[0], full[0], atol=1e-5)
+
+
+def test_cross_attention_keys_and_values_are_projected_once_per_source():
+    """greedy_decode's cross caches: the memory goes through each layer's k_proj once, not once per step."""
+    torch.manual_seed(6)
+    model = tl.Transformer(vocab_size=13, num_kv_heads=1, **SMALL).eval()  # multi-query: the cache keeps 1 head
+    src = torch.tensor([[4, 5, 6, 7, 0], [8, 9, 10, 11, 12]])
+    calls = []
+    hooks = [
+        layer.cross_attn.k_proj.register_forward_hook(lambda *_: calls.append(1)) for layer in model.decoder.layers
+    ]
+    out = model.greedy_decode(src, bos_id=1, eos_id=-1, max_new_tokens=12)
+    assert out.shape == (2, 13) and len(calls) == len(model.decoder.layers)
+    calls.clear()
+    model.greedy_decode(src, bos_id=1, eos_id=-1, max_new_tokens=12, use_cache=False)
+    assert len(calls) == 12 * len(model.decoder.layers)
+    for hook in hooks:
+        hook.remove()
+    memory, src_mask = model.encode(src), model.make_src_mask(src)
+    caches, cross = model.new_cache(), model.new_cross_cache()
+    steps = [model.decode(out[:, t : t + 1], memory, src_mask, caches=caches, cross_caches=cross) for t in range(13)]
+    assert torch.allclose(torch.cat(steps, dim=1), model.decode(out, memory, src_mask), atol=1e-5)
+    assert cross[0].key.shape == (2, 1, 5, model.config.d_k)  # (B, h_kv, S, d_k), filled at the first step
+
+
+def test_a_static_cache_is_filled_once_and_refuses_what_it_cannot_be():
+    k = torch.randn(1, 2, 3, 4)
+    cache = tl.KVCache(static=True)
+    assert cache.update(k, k)[0] is k and len(cache) == 3
+    with pytest.raises(ValueError, match="already holds"):
+        cache.update(k, k)
+    with pytest.raises(ValueError, match="no capacity"):
+        tl.KVCache(capacity=4, static=True)
+    rotary = tl.MultiHeadAttention(8, 2, rotary=True)
+    x = torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match="cross-attention"):
+        rotary(x, x, x, cache=tl.KVCache(static=True))
+    model = tl.Transformer(vocab_size=13, **SMALL)
+    with pytest.raises(ValueError, match="cross_caches"):
+        model.decode(torch.ones(1, 1, dtype=torch.long), torch.randn(1, 3, model.config.d_model),
+                     cross_caches=model.new_cross_cache()[:1])  # fmt: skip
 
 
 def test_nucleus_keeps_the_smallest_likeliest_set_reaching_top_p():
