@@ -35,7 +35,15 @@ from .encoder import Encoder, EncoderLayer
 from .exercises import NotYetDone
 from .interop import from_torch, load_from_torch, load_into_torch, to_torch
 from .layers import FeedForward, LayerNorm, RMSNorm
-from .masks import causal_mask, combine_masks, from_torch_convention, padding_mask, target_mask, to_torch_convention
+from .masks import (
+    causal_mask,
+    combine_masks,
+    from_torch_convention,
+    padding_mask,
+    sliding_window_mask,
+    target_mask,
+    to_torch_convention,
+)
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer, nucleus
 from .positional import (
     LearnedPositionalEncoding,
@@ -113,6 +121,7 @@ __all__ = [
     "capture_attention",
     "padding_mask",
     "causal_mask",
+    "sliding_window_mask",
     "combine_masks",
     "target_mask",
     "to_torch_convention",

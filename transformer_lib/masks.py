@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "padding_mask",
     "causal_mask",
+    "sliding_window_mask",
     "combine_masks",
     "target_mask",
     "to_torch_convention",
@@ -33,6 +34,21 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Te
     if size < 1:
         raise ValueError(f"causal_mask size must be at least 1, got {size}")
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(size, size) bool: query i may attend to keys i - window + 1 .. i, its own position and the window - 1 before.
+
+    A causal mask cut to a band (Mistral's sliding window). One layer sees `window` positions; each
+    further layer reaches window - 1 positions further back, through the positions it attends to.
+    ``window >= size`` gives the plain causal mask.
+    """
+    if size < 1:
+        raise ValueError(f"sliding_window_mask size must be at least 1, got {size}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int (positions each query sees, itself included), got {window!r}")
+    ones = torch.ones(size, size, dtype=torch.bool, device=device)
+    return ones.tril() & ones.triu(-(window - 1))  # (size, size): keys j with i - window < j <= i
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

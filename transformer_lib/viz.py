@@ -231,11 +231,17 @@ _SKIP = (nn.Dropout,)
 def _describe(module: nn.Module) -> str:
     name = type(module).__name__
     if isinstance(module, nn.Linear):
-        return f"Linear {module.in_features}→{module.out_features}"
+        return f"Linear {module.in_features}→{module.out_features}" + (", no bias" if module.bias is None else "")
     if isinstance(module, nn.Embedding):
         return f"Embedding {module.num_embeddings}×{module.embedding_dim}"
     if hasattr(module, "num_heads") and hasattr(module, "d_model"):
-        return f"{name} (h={module.num_heads})"
+        kv = getattr(module, "num_kv_heads", module.num_heads)
+        extras = (f", kv heads={kv}" if kv != module.num_heads else "") + (
+            ", RoPE" if getattr(module, "rotary", 0) else ""
+        )
+        return f"{name} (h={module.num_heads}{extras})"
+    if hasattr(module, "activation_name"):
+        return f"{name} ({module.activation_name})"
     return name
 
 
@@ -331,9 +337,9 @@ def _up(ax, x: float, y0: float, y1: float, color: str = "#333333") -> None:
     ax.annotate("", xy=(x, y1 - 0.23), xytext=(x, y0 + 0.23), arrowprops=dict(_ARROW, color=color))
 
 
-def _sublayer(ax, x: float, y: float, name: str, norm_first: bool) -> float:
+def _sublayer(ax, x: float, y: float, name: str, norm_first: bool, norm: str = "LayerNorm") -> float:
     """One sublayer with its norm and its residual arrow, from y upwards; returns the y it ends at."""
-    steps = ["LayerNorm", name, "+"] if norm_first else [name, "+", "LayerNorm"]
+    steps = [norm, name, "+"] if norm_first else [name, "+", norm]
     ys = [y + 0.6 * (i + 1) for i in range(3)]
     for i, (step, yy) in enumerate(zip(steps, ys)):
         if step == "+":
@@ -347,56 +353,92 @@ def _sublayer(ax, x: float, y: float, name: str, norm_first: bool) -> float:
     return ys[-1]
 
 
-def plot_dataflow(model: nn.Module, ax=None) -> Figure:
-    """The encoder-decoder as data flows through it, read off a `Transformer`: every layer, sublayer and residual.
+def _block_labels(cfg) -> dict[str, str]:
+    """The names plot_dataflow writes in its boxes, with the config's options in them."""
+    kv = cfg.num_kv_heads
+    heads = "" if kv == cfg.num_heads else (" (multi-query)" if kv == 1 else f" (GQA, {kv} kv heads)")
+    rope = ", RoPE" if cfg.positional == "rope" else ""
+    return {
+        "norm": "RMSNorm" if cfg.norm == "rms" else "LayerNorm",
+        "self": f"self-attention{heads}",
+        "masked": f"masked self-attention{heads}{rope}",
+        "cross": f"cross-attention{heads}",
+        "ffn": "feed-forward" if cfg.activation == "relu" else f"feed-forward ({cfg.activation})",
+        "positions": "(positions: RoPE, in attention)" if cfg.positional == "rope" else f"+ {cfg.positional} positions",
+    }
 
-    Bottom to top: ids, embeddings, positional encodings, each encoder layer (left) and decoder
-    layer (right) with its sublayers, norms and residual paths (green), the encoder's output
-    feeding every decoder layer's cross-attention (blue), the final norms, and the output head.
+
+def plot_dataflow(model: nn.Module, ax=None) -> Figure:
+    """A Transformer or DecoderOnlyLM as data flows through it, read off the model: layers, sublayers, residuals.
+
+    Bottom to top: ids, embeddings, positions, each encoder layer (left) and decoder layer (right)
+    with its sublayers, norms and residual paths (green), the encoder's output feeding every
+    decoder layer's cross-attention (blue), the final norms, and the output head. A decoder-only
+    model has the right column alone. The config's options are written in the boxes: RMSNorm,
+    rotary positions, grouped-query attention, the feed-forward activation, no biases, tying.
     """
     cfg = model.config
-    fig, ax = _axes(ax, (9.0, 1.2 + 0.62 * (4 + 9 * cfg.num_decoder_layers)))
+    encoder = hasattr(model, "encoder")
+    names = _block_labels(cfg)
+    per_layer = 9 if encoder else 6
+    fig, ax = _axes(ax, (9.0 if encoder else 5.0, 1.2 + 0.62 * (4 + per_layer * cfg.num_decoder_layers)))
     pre = cfg.norm_first
     scale = " x sqrt(d_model)" if cfg.scale_embedding else ""
+    x_dec = 7.0 if encoder else 2.0
     columns = {}
-    for x, side, layers, sublayers in ((2.0, "source", cfg.num_layers, ["self-attention", "feed-forward"]),
-                                       (7.0, "target", cfg.num_decoder_layers,
-                                        ["masked self-attention", "cross-attention", "feed-forward"])):  # fmt: skip
-        _box(ax, x, 0.0, f"{side} ids (B, {'S' if side == 'source' else 'T'})", color="white")
+    sides = [
+        (
+            x_dec,
+            "target",
+            cfg.num_decoder_layers,
+            [names["masked"], names["cross"], names["ffn"]] if encoder else [names["masked"], names["ffn"]],
+        )
+    ]
+    if encoder:
+        sides.insert(0, (2.0, "source", cfg.num_layers, [names["self"], names["ffn"]]))  # fmt: skip
+    for x, side, layers, sublayers in sides:
+        _box(ax, x, 0.0, f"{side if encoder else 'token'} ids (B, {'S' if side == 'source' else 'T'})", color="white")
         _box(ax, x, 0.7, f"embedding{scale}")
         _up(ax, x, 0.0, 0.7)
-        _box(ax, x, 1.4, f"+ {cfg.positional} positions")
+        _box(ax, x, 1.4, names["positions"])
         _up(ax, x, 0.7, 1.4)
         y, cross_ys = 1.4, []
         for layer in range(layers):
             start = y
             for name in sublayers:
-                top = _sublayer(ax, x, y, name, pre)
-                if name == "cross-attention":
+                top = _sublayer(ax, x, y, name, pre, names["norm"])
+                if name == names["cross"]:
                     cross_ys.append(y + 0.6 * (2 if pre else 1))  # the row of the cross-attention box
                 y = top
             ax.add_patch(Rectangle((x - 1.7, start + 0.3), 3.4, y - start + 0.05, fill=False, edgecolor="#999999",
                                    linestyle="--", linewidth=0.8))  # fmt: skip
             ax.text(x + 1.75, start + 0.4, f"layer {layer}", fontsize=7, color="#777777")
         if cfg.final_norm:
-            _box(ax, x, y + 0.7, "final LayerNorm", color="#f2f2f2")
+            _box(ax, x, y + 0.7, f"final {names['norm']}", color="#f2f2f2")
             _up(ax, x, y, y + 0.7)
             y += 0.7
         columns[side] = (y, cross_ys)
-    memory_y = columns["source"][0] + 0.7
-    _box(ax, 2.0, memory_y, "memory (B, S, d_model)", color="white")
-    _up(ax, 2.0, columns["source"][0], memory_y)
-    for cy in columns["target"][1]:  # the encoder's output reaches every decoder layer's cross-attention
-        ax.annotate("", xy=(7.0 - 1.3, cy), xytext=(2.0 + 1.3, memory_y),
-                    arrowprops=dict(_ARROW, color="#3182bd", connectionstyle="arc3,rad=-0.15"))  # fmt: skip
+    memory_y = 0.0
+    if encoder:
+        memory_y = columns["source"][0] + 0.7
+        _box(ax, 2.0, memory_y, "memory (B, S, d_model)", color="white")
+        _up(ax, 2.0, columns["source"][0], memory_y)
+        for cy in columns["target"][1]:  # the encoder's output reaches every decoder layer's cross-attention
+            ax.annotate("", xy=(7.0 - 1.3, cy), xytext=(2.0 + 1.3, memory_y),
+                        arrowprops=dict(_ARROW, color="#3182bd", connectionstyle="arc3,rad=-0.15"))  # fmt: skip
     top = columns["target"][0]
-    _box(ax, 7.0, top + 0.7, f"head: Linear {cfg.d_model} -> {cfg.tgt_vocab_size}")
-    _up(ax, 7.0, top, top + 0.7)
-    _box(ax, 7.0, top + 1.4, "logits (B, T, V)", color="white")
-    _up(ax, 7.0, top + 0.7, top + 1.4)
-    ax.set_title(f"{'pre' if pre else 'post'}-LN encoder-decoder, d_model = {cfg.d_model}, {cfg.num_heads} heads",
-                 fontsize=10)  # fmt: skip
-    ax.set(xlim=(0.0, 9.2), ylim=(-0.5, max(top + 1.9, memory_y + 0.5)))
+    vocab = cfg.tgt_vocab_size if encoder else cfg.vocab_size
+    tied = ", tied to the embedding" if cfg.tie_embeddings else ""
+    _box(ax, x_dec, top + 0.7, f"head: Linear {cfg.d_model} -> {vocab}{tied}", width=3.2)
+    _up(ax, x_dec, top, top + 0.7)
+    _box(ax, x_dec, top + 1.4, "logits (B, T, V)", color="white")
+    _up(ax, x_dec, top + 0.7, top + 1.4)
+    kind = "encoder-decoder" if encoder else "decoder-only model"
+    bias = "" if cfg.bias else ", no biases"
+    norm = "LN" if cfg.norm == "layer" else "RMSNorm"
+    ax.set_title(f"{'pre' if pre else 'post'}-{norm} {kind}, d_model = {cfg.d_model}, "
+                 f"{cfg.num_heads} heads{bias}", fontsize=10)  # fmt: skip
+    ax.set(xlim=(0.0, 9.2 if encoder else 4.2), ylim=(-0.5, max(top + 1.9, memory_y + 0.5)))
     ax.axis("off")
     return fig
 

@@ -43,3 +43,30 @@ def test_conversion_to_torch_convention_round_trips():
 def test_combine_rejects_float_masks():
     with pytest.raises(TypeError, match="bool"):
         tl.combine_masks(tl.causal_mask(3), torch.ones(3, 3))
+
+
+@pytest.mark.parametrize("size, window", [(1, 1), (6, 1), (6, 3), (7, 7), (5, 9)])
+def test_sliding_window_mask_is_the_causal_band(size, window):
+    mask = tl.sliding_window_mask(size, window)
+    brute = torch.tensor([[i - window < j <= i for j in range(size)] for i in range(size)])
+    assert mask.dtype == torch.bool and torch.equal(mask, brute)
+    assert torch.equal(mask, tl.causal_mask(size)) == (window >= size)
+
+
+def test_sliding_window_reach_grows_by_window_minus_one_per_layer():
+    """Stacked layers see further than one window: the last position's output depends on 1 + L (w - 1) inputs."""
+    size, window = 16, 3
+    for layers in (1, 2, 3):
+        torch.manual_seed(0)
+        decoder = tl.Decoder(d_model=16, num_heads=2, num_layers=layers, d_ff=32, dropout=0.0, cross_attention=False)
+        x = torch.randn(1, size, 16, requires_grad=True)
+        out = decoder(x, tgt_mask=tl.sliding_window_mask(size, window))  # (1, size, 16)
+        (out[0, -1] * torch.randn(16)).sum().backward()  # a random direction: a LayerNorm output sums to a constant
+        reached = (x.grad[0].abs().sum(-1) > 0).nonzero().flatten()  # input positions the last output depends on
+        assert reached.tolist() == list(range(size - 1 - layers * (window - 1), size))
+
+
+@pytest.mark.parametrize("window", [0, -2, 2.5, True])
+def test_sliding_window_mask_refuses_a_bad_window(window):
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        tl.sliding_window_mask(4, window)

@@ -211,3 +211,21 @@ def test_a_preallocated_kv_cache_gives_the_same_keys_and_tokens():
     prompt = torch.randint(1, 30, (3, 4))
     cached = lm.generate(prompt, max_new_tokens=15, temperature=0.0)  # preallocated caches, no mask per step
     assert torch.equal(cached, lm.generate(prompt, max_new_tokens=15, temperature=0.0, use_cache=False))
+
+
+def test_the_kv_cache_memory_shrinks_with_the_key_value_heads():
+    """Measured on the caches generate fills: h, h/4 and 1 key-value heads hold h, h/4 and 1 heads' keys and values."""
+    held = {}
+    for kv in (8, 2, 1):
+        torch.manual_seed(0)
+        lm = tl.DecoderOnlyLM(vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64,
+                              dropout=0.0, max_len=64).eval()  # fmt: skip
+        caches = lm.new_cache(capacity=40)
+        lm(torch.randint(0, 20, (3, 40)), caches)
+        held[kv] = sum(c.nbytes for c in caches)
+    assert held[8] == 2 * 2 * 3 * 8 * 40 * 8 * 4  # layers x (K, V) x B x heads x positions x d_k x 4 bytes
+    assert held[8] == 4 * held[2] == 8 * held[1]
+    grow = tl.KVCache()
+    assert grow.nbytes == 0
+    grow.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+    assert grow.nbytes == 2 * 24 * 4

@@ -51,6 +51,25 @@ def test_architecture_reflects_the_module_tree():
     assert any("MultiHeadAttention (h=2)" in t for t in texts)
 
 
+@pytest.mark.parametrize("block", ["2017", "modern"])
+def test_dataflow_and_architecture_name_the_options_of_a_decoder_only_model(block):
+    model = tl.DecoderOnlyLM(tl.checkpoints.shakespeare_lm(20, block=block).config.replace(num_layers=2))
+    ax = viz.plot_dataflow(model).axes[0]
+    texts, title = [t.get_text() for t in ax.texts], ax.get_title()
+    assert "cross-attention" not in " ".join(texts) and "decoder-only model" in title
+    assert "head: Linear 128 -> 20, tied to the embedding" in texts
+    if block == "2017":
+        assert texts.count("masked self-attention") == 2 and texts.count("LayerNorm") == 4
+        assert "+ sinusoidal positions" in texts and title.startswith("post-LN")
+    else:
+        assert texts.count("masked self-attention (GQA, 2 kv heads), RoPE") == 2 and texts.count("RMSNorm") == 4
+        assert texts.count("feed-forward (swiglu)") == 2 and "final RMSNorm" in texts
+        assert title.startswith("pre-RMSNorm") and title.endswith("no biases")
+        boxes = [t.get_text() for t in viz.plot_architecture(model, max_depth=4).axes[0].texts]
+        assert any("MultiHeadAttention (h=4, kv heads=2, RoPE)" in t for t in boxes)
+        assert any("FeedForward (swiglu)" in t for t in boxes) and any("no bias" in t for t in boxes)
+
+
 def test_training_curves():
     h = tl.History(steps=list(range(50)), losses=[1 / (i + 1) for i in range(50)], eval_steps=[49],
                    evals=[{"acc": 0.9}])  # fmt: skip
