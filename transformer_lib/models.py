@@ -178,6 +178,8 @@ class Transformer(nn.Module):
         _check_2d(src, "src")
         src_mask = self.make_src_mask(src)
         memory = self.encode(src, src_mask)  # (B, S, d_model), computed once
+        if bool(src_mask.all()):  # no padding in any source: cross-attention may see every key, so no mask
+            src_mask = None
         B = src.shape[0]
         out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)

@@ -138,6 +138,12 @@ def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(no
         plain = model.greedy_decode(src, bos_id=1, eos_id=eos_id, max_new_tokens=25, use_cache=False)
         assert torch.equal(cached, plain)
     assert plain.shape == (3, 26)
+    full = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 11]])  # no padding: greedy_decode's cross-attention drops the mask
+    fast, slow = (model.greedy_decode(full, 1, -1, 25, use_cache=flag) for flag in (True, False))
+    assert torch.equal(fast, slow)
+    full_memory = model.encode(full)
+    assert torch.allclose(model.decode(fast, full_memory, None),
+                          model.decode(fast, full_memory, model.make_src_mask(full)), atol=1e-5)  # fmt: skip
     caches = model.new_cache()
     memory = model.encode(src)
     step_by_step = torch.cat([model.decode(plain[:, t : t + 1], memory, model.make_src_mask(src), caches=caches)
