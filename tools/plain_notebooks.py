@@ -32,6 +32,7 @@ ADMONITION = re.compile(
     r"(?P<body>.*?)\n```",
     re.S,
 )
+TARGET = re.compile(r"^\((?P<label>[\w-]+)\)=[ \t]*$", re.M)
 ROLE = re.compile(r"\{(?P<role>[a-z]+(?::[a-z]+)?)\}`(?P<target>[^`]+)`")
 ACCENTS = {'{\\"u}': "ü", '{\\"o}': "ö", '{\\"a}': "ä", "{\\'e}": "é", "{\\`e}": "è"}
 
@@ -91,8 +92,14 @@ def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str,
             return "(" + "; ".join(f"{bib[k][0]}, {bib[k][1]}" for k in keys) + ")"
         if kind == "doc":
             return target.split("/")[-1].replace("_", " ")
+        if kind == "ref":  # {ref}`text <label>`: a link to the anchor the label's line becomes, below
+            link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<label>[\w-]+)>", target)
+            if link is None:
+                raise ValueError(f"write {{ref}} with its text, `text <label>`, got {target!r}")
+            return f"[{link['text']}](#{link['label']})"
         raise ValueError(f"no plain form for the role {{{kind}}}")
 
+    text = TARGET.sub(lambda m: f'<a id="{m["label"]}"></a>', text)  # a MyST target line (label)= -> an anchor
     return ROLE.sub(role, text)
 
 

@@ -16,7 +16,7 @@ import plain_notebooks  # noqa: E402
 SOURCES = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IDS = [p.name for p in SOURCES]
 BIB = plain_notebooks.bibliography()
-MYST = re.compile(r"```\{|\{[a-z]+(?::[a-z]+)?\}`|^:class:", re.M)  # directives, roles, directive options
+MYST = re.compile(r"```\{|\{[a-z]+(?::[a-z]+)?\}`|^:class:|^\([\w-]+\)=", re.M)  # directives, roles, options, targets
 
 
 def _markdown(nb) -> list[str]:
@@ -66,6 +66,10 @@ def test_conversion_of_each_construct():
         plain_notebooks.plain_markdown("{cite:p}`nobody2020`", figures, bib)
     with pytest.raises(ValueError, match="no plain form"):
         plain_notebooks.plain_markdown("{eq}`one`", figures, bib)
+    linked = plain_notebooks.plain_markdown("(sec-a)=\n## A\n\nSee {ref}`the norm <sec-a>`.", figures, bib)
+    assert linked == '<a id="sec-a"></a>\n## A\n\nSee [the norm](#sec-a).'
+    with pytest.raises(ValueError, match="text <label>"):
+        plain_notebooks.plain_markdown("{ref}`sec-a`", figures, bib)
 
 
 def test_the_bibliography_is_read_with_accents_and_et_al():

@@ -299,7 +299,26 @@ CASES = {
         (lambda t: (t[:, 1:], t[:, :-1]), "Swapped"), (lambda t: (t, t[:, 1:]), "not shifted")]),
     "loss_positions": (ex.check_loss_positions, lambda y, p: y != p, [
         (lambda y, p: y == p, "Reversed"), (lambda y, p: (y != p) & (y != 2), "<eos>")]),
+    "rms_norm": (ex.check_rms_norm, lambda x, w, e: x / (x.pow(2).mean(-1, keepdim=True) + e).sqrt() * w, [
+        (lambda x, w, e: torch.nn.functional.layer_norm(x, x.shape[-1:], w, None, e), "LayerNorm"),
+        (lambda x, w, e: x / (x.pow(2).mean(-1, keepdim=True) + e).sqrt(), "weight"),
+        (lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) + e).sqrt() * w, "mean of the squares"),
+        (lambda x, w, e: x / x.pow(2).mean(-1, keepdim=True).sqrt() * w, "eps")]),
+    "rotary": (ex.check_rotary, lambda x, pos: tl.apply_rotary(x, pos), [
+        (lambda x, pos: _rotate_adjacent(x, pos), "adjacent pairs"),
+        (lambda x, pos: tl.apply_rotary(x, -pos), "wrong way"),
+        (lambda x, pos: tl.apply_rotary(x, pos * 2), "angles")]),
+    "position_accuracy": (ex.check_position_accuracy, lambda p, t, s: (p[:, s:] == t[:, :-s]).float().mean(0), [
+        (lambda p, t, s: (p[:, :-s] == t[:, s:]).float().mean(0), "wrong way"),
+        (lambda p, t, s: (p == t.roll(s, 1)).float().mean(0), "T - shift")]),
 }  # fmt: skip
+
+
+def _rotate_adjacent(x, positions):
+    """RoPE with the paper's adjacent pairs (2i, 2i + 1): the same turn, another layout."""
+    from transformer_lib.exercises.ch12_modern_blocks import _rotate
+
+    return _rotate(x, positions, pairs="adjacent")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -19,6 +19,7 @@ from .ch08_encoder import check_first_pool, check_head_ablation, check_mean_pool
 from .ch09_decoder import check_future_leak, check_kv_cache_bytes, check_sample, check_windows
 from .ch10_language_model import check_bits_per_char, check_nucleus_set, check_temperature_loss
 from .ch11_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
+from .ch12_modern_blocks import check_position_accuracy, check_rms_norm, check_rotary
 
 __all__ = ["CORRECT", "NotYetDone",
     "check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction",
@@ -33,4 +34,5 @@ __all__ = ["CORRECT", "NotYetDone",
     "check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak",
     "check_bits_per_char", "check_nucleus_set", "check_temperature_loss",
     "check_shift", "check_greedy", "check_loss_positions", "check_memory_ablation",
+    "check_rms_norm", "check_rotary", "check_position_accuracy",
 ]  # fmt: skip
