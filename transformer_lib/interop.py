@@ -132,6 +132,11 @@ def load_from_torch(ours: nn.Module, theirs: nn.Module) -> nn.Module:
     return ours
 
 
+def _device(module: nn.Module) -> torch.device:
+    """Where a module's parameters live: a converted module is built on the same device."""
+    return next(module.parameters()).device
+
+
 def load_into_torch(theirs: nn.Module, ours: nn.Module) -> nn.Module:
     """Copy the weights of our module into the matching torch.nn module; return theirs."""
     _check(ours, theirs)
@@ -152,7 +157,7 @@ def from_torch(theirs: nn.Module, **overrides) -> nn.Module:
         ours = MultiHeadAttention(theirs.embed_dim, theirs.num_heads, theirs.dropout, theirs.in_proj_bias is not None)
     else:
         ours = kind(TransformerConfig(**{**_settings(theirs), **overrides}))
-    return load_from_torch(ours, theirs)
+    return load_from_torch(ours.to(_device(theirs)), theirs)  # built where theirs lives
 
 
 def to_torch(ours: nn.Module) -> nn.Module:
@@ -168,7 +173,7 @@ def to_torch(ours: nn.Module) -> nn.Module:
                              f"num_kv_heads={ours.num_kv_heads} for num_heads={ours.num_heads}")  # fmt: skip
         bias = ours.q_proj.bias is not None
         theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, ours.dropout_p, bias=bias, batch_first=True)
-        return load_into_torch(theirs, ours)
+        return load_into_torch(theirs.to(_device(ours)), ours)  # built where ours lives
     cfg = ours.config
     if cfg.positional == "rope":
         raise ValueError("torch.nn's Transformer layers have no rotary positions; ours has positional='rope'")
@@ -190,4 +195,4 @@ def to_torch(ours: nn.Module) -> nn.Module:
         theirs = kind(num_encoder_layers=cfg.num_layers, num_decoder_layers=cfg.num_decoder_layers, **layer)
     else:
         theirs = kind(**layer)
-    return load_into_torch(theirs, ours)
+    return load_into_torch(theirs.to(_device(ours)), ours)  # built where ours lives

@@ -214,7 +214,7 @@ def exact_match(
     correct = 0
     for start in range(0, src.shape[0], batch_size):
         s = src[start : start + batch_size].to(device)
-        t = tgt[start : start + batch_size]
+        t = tgt[start : start + batch_size].cpu()
         pred = model.greedy_decode(s, bos_id, eos_id, max_new_tokens=t.shape[1]).cpu()  # (b, 1 + n)
         for p, g in zip(pred[:, 1:].tolist(), t[:, 1:].tolist()):
             correct += _strip(p, eos_id, pad_id) == _strip(g, eos_id, pad_id)
@@ -229,7 +229,7 @@ def classification_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     correct = 0
     for start in range(0, x.shape[0], batch_size):
         logits = model(x[start : start + batch_size].to(device))  # (b, C)
-        correct += int((logits.argmax(-1).cpu() == y[start : start + batch_size]).sum())
+        correct += int((logits.argmax(-1).to(y.device) == y[start : start + batch_size]).sum())  # y on any device
     return correct / x.shape[0]
 
 

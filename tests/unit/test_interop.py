@@ -152,3 +152,13 @@ def test_unsupported_pair_is_a_type_error():
 def test_transformer_without_final_norm_cannot_become_nn_transformer():
     with pytest.raises(ValueError, match="final_norm=True"):
         to_torch(tl.Transformer(vocab_size=5, d_model=16, num_heads=2, norm_first=False))
+
+
+def test_a_converted_module_is_built_on_the_device_of_its_source():
+    """Checked on PyTorch's meta device, which any machine has: the copy lands where the original lives."""
+    ours = tl.MultiHeadAttention(8, 2).to("meta")
+    assert tl.to_torch(ours).in_proj_weight.device.type == "meta"
+    layer = tl.EncoderLayer(d_model=8, num_heads=2, d_ff=16).to("meta")
+    assert all(p.device.type == "meta" for p in tl.to_torch(layer).parameters())
+    theirs = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).to("meta")
+    assert all(p.device.type == "meta" for p in tl.from_torch(theirs).parameters())
