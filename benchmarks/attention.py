@@ -87,25 +87,24 @@ def kv_cache_table(device: torch.device, new_tokens=256, d_model=128, h=4, layer
     print(f"speed-up {without / with_cache:.2f}x; identical tokens: {same}")
 
 
-def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_model=128, h=4, layers=4,
+def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_model=128, h=4, layers=4, batch=1,
                           repeats=3) -> None:  # fmt: skip
     """Transformer.greedy_decode with and without its caches; eos_id=-1 is never produced, so every step runs."""
     torch.manual_seed(0)
     model = tl.Transformer(vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model,
                            dropout=0.0, max_len=512).to(device).eval()  # fmt: skip
-    src = torch.randint(1, 64, (1, src_len), device=device)
+    src = torch.randint(1, 64, (batch, src_len), device=device)
 
     def decode(use_cache):
         return lambda: model.greedy_decode(src, bos_id=1, eos_id=-1, max_new_tokens=new_tokens, use_cache=use_cache)
 
     @torch.no_grad()
     def self_attention_cache_only():  # greedy_decode's cached loop without the cross caches
-        src_mask = model.make_src_mask(src)
-        memory, caches = model.encode(src, src_mask), model.new_cache(capacity=new_tokens)
-        out = torch.ones(1, 1, dtype=torch.long, device=device)  # (1, 1): BOS
+        memory, caches = model.encode(src), model.new_cache(capacity=new_tokens)
+        out = torch.ones(batch, 1, dtype=torch.long, device=device)  # (B, 1): BOS
         for _ in range(new_tokens):
-            next_id = model.decode(out[:, -1:], memory, src_mask, caches=caches)[:, -1].argmax(-1)  # (1,)
-            out = torch.cat([out, next_id[:, None]], dim=1)  # (1, t + 1)
+            next_id = model.decode(out[:, -1:], memory, None, caches=caches)[:, -1].argmax(-1)  # (B,)
+            out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
         return out
 
     cases = {"without caches": decode(False), "self-attention cache only": self_attention_cache_only,
@@ -114,8 +113,8 @@ def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_mo
     outputs = [fn() for fn in cases.values()]
     same = all(torch.equal(outputs[0], out) for out in outputs[1:]) and outputs[0].shape[1] == new_tokens + 1
     base = timings["without caches"]
-    print(f"\nEncoder-decoder greedy decoding of {new_tokens} new tokens from a {src_len}-token source, "
-          f"d_model={d_model}, {layers}+{layers} layers, batch 1, median of {repeats}")  # fmt: skip
+    print(f"\nEncoder-decoder greedy decoding of {new_tokens} new tokens from {src_len}-token sources, "
+          f"d_model={d_model}, {layers}+{layers} layers, batch {batch}, median of {repeats}")  # fmt: skip
     for name, ms in timings.items():
         print(f"{name:42s} {ms:9.1f} ms  speed-up {base / ms:5.2f}x")
     print(f"identical tokens: {same}")
@@ -130,7 +129,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}\n")
     attention_table(args.repeats, device)
     kv_cache_table(device)
-    encoder_decoder_table(device)
+    encoder_decoder_table(device, batch=1)
+    encoder_decoder_table(device, batch=16)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from .positional import (
     RotaryPositions,
     SinusoidalPositionalEncoding,
     apply_rotary,
+    rotary_tables,
     sinusoidal_encoding,
 )
 from .training import (
@@ -113,6 +114,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
     "apply_rotary",
+    "rotary_tables",
     "RotaryPositions",
     "scaled_dot_product_attention",
     "fused_attention",

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
-from .positional import apply_rotary
+from .positional import rotary_tables, turn
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -204,12 +204,20 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.keep_weights = False  # set True (or use capture_attention) to keep the last weights
         self.last_weights: torch.Tensor | None = None
+        self._rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos and sin of positions 0..n, (n, d_k)
 
     @classmethod
     def from_config(cls, config: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
         """The attention a layer built from `config` uses; rotary positions apply to self-attention only."""
         rotary = config.positional == "rope" and not cross
         return cls(config.d_model, config.num_heads, config.dropout, config.bias, config.num_kv_heads, rotary)
+
+    def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for positions 0..length-1 at least, (n, d_k): computed when longer ones are needed, then kept."""
+        if self._rotary is None or self._rotary[0].shape[0] < length or self._rotary[0].device != device:
+            size = max(length, 2 * self._rotary[0].shape[0] if self._rotary is not None else 0)  # grow by doubling
+            self._rotary = rotary_tables(torch.arange(size, device=device), self.d_k)
+        return self._rotary
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -266,8 +274,9 @@ class MultiHeadAttention(nn.Module):
             v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             if self.rotary:  # positions continue after the cached ones; the cache keeps rotated keys
                 past = 0 if cache is None else len(cache)
-                q = apply_rotary(q, torch.arange(past, past + q.shape[-2], device=q.device))
-                k = apply_rotary(k, torch.arange(past, past + k.shape[-2], device=k.device))
+                cos, sin = self._rotary_tables(past + max(q.shape[-2], k.shape[-2]), q.device)  # (n, d_k) each
+                q = turn(q, cos[past : past + q.shape[-2]], sin[past : past + q.shape[-2]])
+                k = turn(k, cos[past : past + k.shape[-2]], sin[past : past + k.shape[-2]])
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k): the cache keeps only the h_kv heads
         if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads

@@ -105,26 +105,45 @@ def shakespeare_data(level: str) -> tuple[CharTokenizer | BPETokenizer, torch.Te
     return tok, torch.tensor(tok.encode(train)), torch.tensor(tok.encode(valid))
 
 
-def shakespeare_lm(vocab_size: int, seed: int = 0) -> DecoderOnlyLM:
-    """The Shakespeare model, same at both levels: 4 pre-LN layers, d_model 128, 4 heads, tied embeddings."""
+# The chapter "From 2017 to today" trains the same model with two kinds of block (same data, steps and seed):
+SHAKESPEARE_BLOCKS = {
+    "gpt": {},  # the language-model chapter's block: pre-LN, ReLU, learned positions
+    "2017": {"norm_first": False, "positional": "sinusoidal"},  # post-LN, ReLU, sinusoidal, as in the paper
+    "modern": {"norm_first": True, "norm": "rms", "positional": "rope", "activation": "swiglu",
+               "d_ff": 341, "num_kv_heads": 2, "bias": False},  # Llama's: pre-RMSNorm, RoPE, SwiGLU at 2/3 width, GQA
+}  # fmt: skip
+
+
+def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> DecoderOnlyLM:
+    """The Shakespeare model: 4 layers, d_model 128, 4 heads, tied embeddings; `block` picks the layer's kind.
+
+    "gpt" (pre-LN, ReLU, learned positions) is the language-model chapter's; "2017" and "modern"
+    are the two blocks the chapter "From 2017 to today" compares (see SHAKESPEARE_BLOCKS).
+    """
+    if block not in SHAKESPEARE_BLOCKS:
+        raise ValueError(f"block must be one of {sorted(SHAKESPEARE_BLOCKS)}, got {block!r}")
+    config = TransformerConfig(vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.1,
+                               max_len=SHAKESPEARE_BLOCK, norm_first=True, positional="learned",
+                               tie_embeddings=True)  # fmt: skip
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return DecoderOnlyLM(vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.1,
-                             max_len=SHAKESPEARE_BLOCK, norm_first=True, positional="learned",
-                             tie_embeddings=True)  # fmt: skip
+        return DecoderOnlyLM(config.replace(**SHAKESPEARE_BLOCKS[block]))
 
 
-def _shakespeare(level: str, steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+def _shakespeare(
+    level: str, steps: int | None = None, progress: bool = False, block: str = "gpt"
+) -> tuple[nn.Module, History, dict]:
     """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens."""
     tok, train_ids, valid_ids = shakespeare_data(level)
-    model = shakespeare_lm(tok.vocab_size)
+    model = shakespeare_lm(tok.vocab_size, block=block)
     rng = torch.Generator().manual_seed(0)  # the windows drawn
     batches = lm_batches(train_ids, SHAKESPEARE_BLOCK, batch_size=32, rng=rng)
     held_out = lambda m: {"validation loss": lm_eval_loss(m, valid_ids, SHAKESPEARE_BLOCK)}
+    name = level if block == "gpt" else f"{level}, {block} block"
     with torch.random.fork_rng():  # dropout's masks come from a seeded generator, not from the caller's state
         torch.manual_seed(0)
         history = fit(model, lm_loss, batches, steps=steps or 3000, lr=2e-3, warmup=200, eval_fn=held_out,
-                      eval_every=500, progress=progress, desc=f"Shakespeare {level} (long run)")  # fmt: skip
+                      eval_every=500, progress=progress, desc=f"Shakespeare {name} (long run)")  # fmt: skip
     return model, history, {}
 
 
@@ -133,4 +152,6 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
     "shakespeare_char": lambda steps=None, progress=False: _shakespeare("char", steps, progress),
     "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),
+    "shakespeare_2017": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "2017"),
+    "shakespeare_modern": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "modern"),
 }

@@ -17,6 +17,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
     "apply_rotary",
+    "rotary_tables",
     "RotaryPositions",
 ]
 
@@ -110,10 +111,24 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
         raise ValueError(f"rotary positions turn pairs of dimensions, so the head width must be even; got {d}")
     if positions.shape != (x.shape[-2],):
         raise ValueError(f"expected one position per row, shape ({x.shape[-2]},), got {tuple(positions.shape)}")
-    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # (d/2,)
+    return turn(x, *rotary_tables(positions, d, base))
+
+
+def rotary_tables(positions: torch.Tensor, d: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions (T,) -> (cos, sin), each (T, d) float32: the angles `apply_rotary` turns each pair by.
+
+    Computed once and sliced, they give exactly what computing them for each call gives: a model
+    keeps a table for positions 0..n and reads rows past..past+T from it.
+    """
+    inv_freq = base ** (-torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) / d)  # (d/2,)
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, d/2)
     angles = torch.cat((angles, angles), dim=-1)  # (T, d): pair (i, i + d/2) shares an angle
-    return x * angles.cos().to(x.dtype) + _rotate_half(x) * angles.sin().to(x.dtype)
+    return angles.cos(), angles.sin()
+
+
+def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (..., T, d) turned pair by pair by the angles whose cos and sin are (T, d): the rotation of RoPE."""
+    return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
 
 
 class RotaryPositions(nn.Module):

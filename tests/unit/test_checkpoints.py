@@ -84,3 +84,16 @@ def test_a_recipe_with_dropout_does_not_depend_on_what_the_caller_drew_before():
     again = checkpoints.RECIPES["shakespeare_char"](steps=2)[1].losses
     assert first == again
     assert torch.equal(torch.random.get_rng_state(), state)  # and the caller's generator is left as it was
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", ["2017", "modern"])
+def test_the_two_blocks_of_the_modern_chapter_are_what_they_say_and_their_recorded_loss_holds(block):
+    """The chapter "From 2017 to today" reads these runs' recorded held-out losses: recompute them here."""
+    model, meta = tl.load_checkpoint(f"shakespeare_{block}")
+    for field, value in checkpoints.SHAKESPEARE_BLOCKS[block].items():
+        assert getattr(model.config, field) == value, field
+    tok, _, valid = checkpoints.shakespeare_data("char")
+    nats = tl.lm_eval_loss(model, valid, checkpoints.SHAKESPEARE_BLOCK)
+    assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
+    assert meta["steps"] == 3000 and len(meta["losses"]) == 3000

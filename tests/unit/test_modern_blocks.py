@@ -229,3 +229,23 @@ def test_the_kv_cache_memory_shrinks_with_the_key_value_heads():
     assert grow.nbytes == 0
     grow.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
     assert grow.nbytes == 2 * 24 * 4
+
+
+def test_the_rotary_tables_a_layer_keeps_give_exactly_the_angles_computed_per_call():
+    """MultiHeadAttention keeps cos and sin for positions 0..n and slices them; apply_rotary computes them each call."""
+    torch.manual_seed(0)
+    mha = tl.MultiHeadAttention(16, 2, rotary=True).eval()
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        q = mha.split_heads(mha.q_proj(x))  # (B, h, T, d_k)
+        out = mha(x, x, x, need_weights=True)[1]
+        cos, sin = mha._rotary
+        assert cos.shape[0] >= 9
+        past = torch.arange(3, 9)
+        assert torch.equal(tl.positional.turn(q[:, :, 3:], cos[3:9], sin[3:9]), tl.apply_rotary(q[:, :, 3:], past))
+        k = mha.split_heads(mha.k_proj(x))
+        scores = tl.apply_rotary(q, torch.arange(9)) @ tl.apply_rotary(k, torch.arange(9)).transpose(-2, -1)
+        assert torch.allclose(out, (scores / 8**0.5).softmax(-1), atol=1e-6)
+        longer = torch.randn(1, 20, 16)
+        mha(longer, longer, longer)  # a longer input grows the kept tables
+        assert mha._rotary[0].shape[0] >= 20 and torch.equal(mha._rotary[0][:9], cos[:9])
