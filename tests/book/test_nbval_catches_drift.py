@@ -37,3 +37,25 @@ def test_unchanged_copy_passes_and_an_edited_output_fails(tmp_path):
     result = _run_nbval(stale)
     assert result.returncode != 0, result.stdout[-2000:]
     assert "mismatch" in result.stdout.lower() or "failed" in result.stdout.lower()
+
+
+def test_the_sanitizer_makes_a_gpu_tensor_print_as_on_the_cpu_and_nothing_else():
+    """nbval reads regex/replace pairs with its own parser; a pair it cannot read would be silently ignored."""
+    import re
+
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text())
+
+    def sanitize(text: str) -> str:
+        for regex, replace in patterns:
+            text = re.sub(regex, replace, text)
+        return text
+
+    # reprs as PyTorch prints them on a CPU and, in the first GPU run (docs/gpu.md), on a GPU
+    pairs = [("tensor([[1, 0],\n        [1, 1]], dtype=torch.int32)",
+              "tensor([[1, 0],\n        [1, 1]], device='cuda:0', dtype=torch.int32)"),
+             ("tensor([[17,  0,  0]])", "tensor([[17,  0,  0]], device='cuda:0')")]  # fmt: skip
+    for cpu, gpu in pairs:
+        assert sanitize(gpu) == sanitize(cpu) == cpu
+    assert sanitize("on device='cuda:0' here") == "on device='cuda:0' here"  # only a tensor's repr changes
