@@ -31,6 +31,13 @@ $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 
 install: $(STAMP)
 
+# The website's npm packages (axe-core for the accessibility tests), pinned by package-lock.json.
+# Without npm the accessibility tests skip loudly; under CI=true they fail (.ci/run installs npm).
+NPM_STAMP := node_modules/.package-lock.json
+$(NPM_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund; \
+	else echo "npm not found: the accessibility tests will be SKIPPED (apt-get install nodejs npm)"; fi
+
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -71,7 +78,7 @@ book-strict: $(STAMP)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 # needs the strict build's _build/html; skipped loudly without Chromium, failed under CI=true
-browser: $(STAMP)
+browser: $(STAMP) $(NPM_STAMP)
 	$(PYTEST) tests/browser -rs
 
 execute: $(STAMP)

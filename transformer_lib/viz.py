@@ -708,8 +708,8 @@ _ICONS = {
 }  # fmt: skip
 
 
-def _offline_player(html: str, alt: str) -> str:
-    """Remove the CDN stylesheet, swap icon fonts for glyphs, and give the frame image alt text."""
+def _offline_player(html: str, alt: str, label: str = "frame") -> str:
+    """Remove the CDN stylesheet, swap icon fonts for glyphs, give the frame image alt text and the slider a label."""
     import html as html_lib
     import re
 
@@ -717,7 +717,9 @@ def _offline_player(html: str, alt: str) -> str:
     for icon, glyph in _ICONS.items():
         html = html.replace(f'<i class="fa {icon}"></i>', glyph)
     html = html.replace('<img id="_anim_img', f'<img alt="{html_lib.escape(alt, quote=True)}" id="_anim_img', 1)
-    if "http://" in html or "https://" in html or "<i class=" in html:
+    name = html_lib.escape(f"{label}: choose a frame", quote=True)  # what a screen reader says for the slider
+    html = html.replace('<input id="_anim_slider', f'<input aria-label="{name}" id="_anim_slider', 1)
+    if "http://" in html or "https://" in html or "<i class=" in html or 'aria-label="' not in html:
         raise RuntimeError("the slider figure still refers to an outside resource; matplotlib's template changed")
     return html
 
@@ -783,7 +785,7 @@ def slider_figure(
     animation = FuncAnimation(fig, update, frames=len(values), interval=interval_ms, repeat=False)
     html = animation.to_jshtml(default_mode="once")
     alt = alt or f"A figure with a slider over {label}: {len(values)} pre-rendered frames."
-    twin = SliderFigure(_offline_player(html, alt), len(values), label)
+    twin = SliderFigure(_offline_player(html, alt, label), len(values), label)
     if twin.size > size_budget:
         raise ValueError(
             f"the slider figure weighs {twin.size / 1e3:.0f} kB, over its size budget of {size_budget / 1e3:.0f} kB; "

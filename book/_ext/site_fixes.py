@@ -6,6 +6,9 @@
 - Colab and a plain JupyterLab cannot render MyST, so a notebook page's Colab and Binder buttons
   open the plain copy of the notebook in colab/ (written by tools/plain_notebooks.py from the same
   source) instead of notebooks/.
+- docutils writes the bibliography as a `role="list"` whose entries carry `role="doc-biblioentry"`,
+  a role ARIA has deprecated, and which leaves the list without list items. axe-core reports both
+  (aria-deprecated-role, aria-required-children), so each entry becomes a `listitem`.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ def _colab_opens_the_plain_copy(app, pagename, templatename, context, doctree) -
     visit(context.get("header_buttons", []))
 
 
+def _bibliography_entries_are_list_items(app, pagename, templatename, context, doctree) -> None:
+    body = context.get("body")
+    if isinstance(body, str) and 'role="doc-biblioentry"' in body:
+        context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
 def setup(app):
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _colab_opens_the_plain_copy, priority=900)
+    app.connect("html-page-context", _bibliography_entries_are_list_items, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,3 +1,5 @@
+import re
+
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
@@ -100,6 +102,7 @@ def _draw_pe_row(fig, position):
 
 def test_slider_figure_renders_frames_and_enforces_budgets():
     twin = viz.slider_figure(_draw_pe_row, range(4), label="position", figsize=(3, 2), dpi=50)
+    assert re.search(r'<input aria-label="position: choose a frame" id="_anim_slider\w+" type="range"', twin.html)
     assert twin.frames == 4 and repr(twin) == "SliderFigure(4 frames over position)"
     html = twin._repr_html_()
     assert html.count("data:image/png;base64") == 4
