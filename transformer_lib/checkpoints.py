@@ -19,9 +19,28 @@ from torch import nn
 from . import corpus
 from .bpe import BPETokenizer, train_bpe
 from .config import TransformerConfig
-from .data import CharTokenizer, brackets_task, encode_labelled, iterate_batches, lm_batches, split_data
+from .data import (
+    CharTokenizer,
+    WordTokenizer,
+    brackets_task,
+    encode_labelled,
+    encode_pairs,
+    iterate_batches,
+    lm_batches,
+    numbers_to_words_task,
+    split_data,
+)
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
-from .training import History, classification_accuracy, classification_loss, fit, lm_eval_loss, lm_loss
+from .training import (
+    History,
+    classification_accuracy,
+    classification_loss,
+    exact_match,
+    fit,
+    lm_eval_loss,
+    lm_loss,
+    seq2seq_loss,
+)
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -83,6 +102,38 @@ def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tup
     history = fit(model, classification_loss, batches, steps=steps or 1500, lr=3e-3, warmup=100, eval_fn=held_out,
                   eval_every=300, progress=progress, desc="brackets (long run)")  # fmt: skip
     return model, history, {"num_classes": 2}
+
+
+def numbers_to_words_data() -> tuple[
+    CharTokenizer, WordTokenizer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
+]:
+    """The encoder-decoder chapter's data: (source tokenizer, target tokenizer, src, tgt, test_src, test_tgt).
+
+    30,000 distinct numbers (all of 0..999 and the rest up to 99,999), split 90/10; digits in,
+    words out, each target <bos> ... <eos>. The test part is the first 1000 held-out pairs.
+    """
+    pairs = numbers_to_words_task(30000, seed=0)
+    train_pairs, test_pairs = split_data(pairs, (0.9, 0.1), seed=0)
+    src_tok = CharTokenizer("0123456789")
+    tgt_tok = WordTokenizer.from_texts(t for _, t in pairs)
+    src, tgt = encode_pairs(train_pairs, src_tok, tgt_tok)
+    test_src, test_tgt = encode_pairs(test_pairs[:1000], src_tok, tgt_tok)
+    return src_tok, tgt_tok, src, tgt, test_src, test_tgt
+
+
+def _numbers_to_words(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The encoder-decoder chapter's translator: 2 + 2 post-LN layers, d_model 64, 300 AdamW steps of 64 pairs."""
+    src_tok, tgt_tok, src, tgt, test_src, test_tgt = numbers_to_words_data()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64, num_heads=4,
+                            num_layers=2, d_ff=256, dropout=0.0, max_len=64, pad_id=src_tok.pad_id)  # fmt: skip
+    rng = torch.Generator().manual_seed(0)  # the order of the batches
+    batches = iterate_batches(src, tgt, batch_size=64, rng=rng, pad_id=src_tok.pad_id, forever=True)
+    held_out = lambda m: {"exact match": exact_match(m, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)}
+    history = fit(model, seq2seq_loss, batches, steps=steps or 300, lr=3e-3, eval_fn=held_out, eval_every=100,
+                  progress=progress, desc="numbers to words (checkpoint)")  # fmt: skip
+    return model, history, {}
 
 
 SHAKESPEARE_MERGES = 500  # the BPE language model's vocabulary: 256 bytes + 500 merges
@@ -150,6 +201,7 @@ def _shakespeare(
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
+    "numbers_to_words": _numbers_to_words,
     "shakespeare_char": lambda steps=None, progress=False: _shakespeare("char", steps, progress),
     "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),
     "shakespeare_2017": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "2017"),

@@ -39,6 +39,17 @@ def test_bracket_classifier_checkpoint_keeps_the_chapter_promise():
     assert accuracy == pytest.approx(meta["evals"][-1]["test accuracy"], abs=0.005)
 
 
+def test_numbers_to_words_checkpoint_keeps_the_chapter_promise():
+    """The encoder-decoder the website's playground exports: at least 99% exact match on 1000 unseen numbers."""
+    model, meta = tl.load_checkpoint("numbers_to_words")
+    assert isinstance(model, tl.Transformer) and not model.training
+    src_tok, tgt_tok, _, _, test_src, test_tgt = checkpoints.numbers_to_words_data()
+    accuracy = tl.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
+    assert accuracy >= 0.99 and accuracy == pytest.approx(meta["evals"][-1]["exact match"], abs=0.005)
+    out = model.greedy_decode(torch.tensor([src_tok.encode("04021")]), tgt_tok.bos_id, tgt_tok.eos_id, 10)
+    assert tgt_tok.decode(out[0]) == tl.number_to_words(4021)
+
+
 def test_load_checkpoint_names_what_it_ships_when_asked_for_something_else(tmp_path):
     with pytest.raises(FileNotFoundError, match="bracket_classifier"):
         tl.load_checkpoint("no_such_model")
