@@ -63,6 +63,8 @@ def with_attention(model: nn.Module) -> nn.Module:
     """The module that export_onnx traces: the model, returning also its attention weights (batch 1).
 
     Running it in PyTorch gives what the ONNX file must give, which is how the tests compare them.
+    It switches the watched attention layers to keeping their weights (`keep_weights`), and leaves
+    them so; export_onnx puts them back as they were.
     """
     watched, _, _, _ = _plan(model)
     for m in watched:
