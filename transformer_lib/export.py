@@ -11,6 +11,11 @@ attention weights a playground draws, stacked over the layers.
     EncoderOnlyModel:  tokens (1, S)             -> logits (1, C),    attention (L, h, S, S)
     Transformer:       src (1, S), tgt (1, T)    -> logits (1, T, V), cross_attention (L, h, T, S)
 
+`export_first_attention(model, path)` writes the masks playground's probe instead: a language
+model's first self-attention layer, with the mask as an input the page builds.
+
+    DecoderOnlyLM:     tokens (1, T), mask (T, T) bool -> attention (h, T, T)
+
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
 installs them, and the package itself does not need them.
 """
@@ -26,7 +31,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
-__all__ = ["export_onnx", "with_attention"]
+__all__ = ["export_first_attention", "export_onnx", "first_attention", "with_attention"]
 
 
 class _WithAttention(nn.Module):
@@ -97,4 +102,45 @@ def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor,
     finally:
         for m, k in zip(watched, kept):
             m.keep_weights, m.last_weights = k, None
+    return path
+
+
+class _FirstAttention(nn.Module):
+    """(tokens (1, T), mask (T, T) bool, True = may attend) -> the first layer's attention weights (h, T, T)."""
+
+    def __init__(self, model: DecoderOnlyLM):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        layer = self.model.decoder.layers[0]
+        x = self.model.pos(self.model.embed(tokens))  # (1, T, d_model)
+        h = layer.norm1(x) if layer.config.norm_first else x  # what the attention reads in each kind of block
+        _, weights = layer.self_attn(h, h, h, mask[None, None], need_weights=True)  # (1, h, T, T)
+        return weights[0]  # (h, T, T); a fully masked row is zeros
+
+
+def first_attention(model: DecoderOnlyLM) -> nn.Module:
+    """The module that export_first_attention traces: tokens (1, T), mask (T, T) -> the first layer's weights (h, T, T).
+
+    The mask is whatever the caller builds (padding, causal, both or neither), not the model's own
+    causal mask: the masks playground lets the reader choose it.
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"first_attention takes a DecoderOnlyLM, got {type(model).__name__}")
+    return _FirstAttention(model.eval())
+
+
+def export_first_attention(model: DecoderOnlyLM, path: str | Path) -> Path:
+    """Write `first_attention(model)` (on the CPU) to `path` as ONNX with a dynamic length T; return the path."""
+    probe = first_attention(model.cpu())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    example = (torch.arange(1, 6)[None], torch.ones(5, 5, dtype=torch.bool).tril())  # (1, 5) ids, (5, 5) mask
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(probe, example, str(path), input_names=["tokens", "mask"], output_names=["attention"],
+                          dynamic_axes={"tokens": {1: "T"}, "mask": {0: "T", 1: "T"}, "attention": {1: "T", 2: "T"}},
+                          opset_version=17, dynamo=False)  # fmt: skip
     return path

@@ -6,7 +6,7 @@ import torch
 import transformer_lib as tl
 
 ort = pytest.importorskip("onnxruntime")  # the test extra installs onnx, onnxscript and onnxruntime
-from transformer_lib.export import export_onnx, with_attention  # noqa: E402
+from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention  # noqa: E402
 
 SMALL = dict(vocab_size=20, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=64)
 MODELS = {
@@ -46,3 +46,36 @@ def test_export_names_what_it_takes(tmp_path):
         export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match=r"tokens must be a \(1, length\) tensor"):
         export_onnx(tl.DecoderOnlyLM(**SMALL), tmp_path / "x.onnx", example=(torch.ones(2, 3, dtype=torch.long),))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_first_attention_probe_takes_any_mask_and_gives_zeros_for_a_fully_masked_row(norm_first, tmp_path):
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(**SMALL, norm_first=norm_first)
+    session = ort.InferenceSession(str(export_first_attention(model, tmp_path / "probe.onnx")))
+    tokens = torch.tensor([[0, 0, 5, 6, 7, 8, 9]])  # two <pad> on the left
+    is_pad = tokens[0] == 0
+    causal = tl.causal_mask(7)  # (7, 7)
+    for mask in (causal & ~is_pad[None, :], ~is_pad[None, :].expand(7, 7), torch.ones(7, 7, dtype=torch.bool)):
+        with torch.no_grad():
+            expected = first_attention(model)(tokens, mask)  # (h, 7, 7)
+            _, direct = model.decoder.layers[0].self_attn(*[_first_input(model, tokens)] * 3, mask, need_weights=True)
+        (got,) = session.run(None, {"tokens": tokens.numpy(), "mask": mask.numpy()})
+        torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(expected, direct[0], atol=0, rtol=0)  # the probe is the layer's own attention
+    # causal and padding mask with left padding: rows 0 and 1 may see only <pad> keys, so they are all zeros
+    (got,) = session.run(None, {"tokens": tokens.numpy(), "mask": (causal & ~is_pad[None, :]).numpy()})
+    assert not torch.from_numpy(got).isnan().any()
+    assert (got[:, :2] == 0).all() and abs(got[:, 2:].sum(-1) - 1).max() < 1e-5
+
+
+def _first_input(model, tokens):
+    """What the first layer's attention reads: the embedded tokens, normalised first in a pre-LN block."""
+    x = model.pos(model.embed(tokens))
+    return model.decoder.layers[0].norm1(x) if model.config.norm_first else x
+
+
+def test_first_attention_takes_only_a_language_model():
+    with pytest.raises(TypeError, match="takes a DecoderOnlyLM, got EncoderClassifier"):
+        first_attention(tl.EncoderClassifier(num_classes=2, **SMALL))
