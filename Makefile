@@ -9,7 +9,7 @@ CONSTRAINTS ?= constraints.txt
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help install check book test lint unit book-tests notebooks notebooks-portable book-strict browser \
+.PHONY: help install playground check book test lint unit book-tests notebooks notebooks-portable book-strict browser \
 	execute student benchmark checkpoints lock clean fresh-clone
 
 help:
@@ -38,12 +38,28 @@ $(NPM_STAMP): package.json package-lock.json
 	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund; \
 	else echo "npm not found: the accessibility tests will be SKIPPED (apt-get install nodejs npm)"; fi
 
+# The playgrounds' files (book/playground/): onnxruntime-web from npm and the shipped models as ONNX, with
+# PyTorch's answers for the browser tests, in _build/playground (tools/build_playground.py). Without npm
+# the rest of the book builds and the playground is skipped loudly; under CI=true that is a failure.
+PLAYGROUND := _build/playground/models/meta.json
+$(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py transformer_lib/export.py $(wildcard transformer_lib/checkpoints/*.pt)
+	@if [ -f node_modules/onnxruntime-web/dist/ort.wasm.min.mjs ]; then \
+		$(BIN)/python tools/build_playground.py; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "CI=true: node and npm are needed for the playgrounds (apt-get install nodejs npm)"; exit 1; \
+	else \
+		echo "!!! PLAYGROUND SKIPPED: npm not found, so the website's playgrounds will not run."; \
+		echo "!!! Install node and npm (apt-get install nodejs npm), then run make book again."; \
+	fi
+
+playground: $(PLAYGROUND)
+
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PYTEST) tests/unit -m "not slow" -q
 
-book: $(STAMP)
+book: $(STAMP) playground
 	$(BIN)/jupyter-book build .
 	@echo "The website is in _build/html/index.html"
 
@@ -74,7 +90,7 @@ PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 OMP_N
 notebooks-portable: $(STAMP)
 	$(PORTABLE_ENV) $(NBVAL)
 
-book-strict: $(STAMP)
+book-strict: $(STAMP) playground
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 # needs the strict build's _build/html; skipped loudly without Chromium, failed under CI=true

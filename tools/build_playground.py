@@ -1,16 +1,25 @@
-"""Export the book's shipped models to ONNX for the website's playgrounds, and check each in onnxruntime.
+"""Build what the website's playgrounds load: the ONNX models, what the pages need to know, and PyTorch's answers.
 
-    python tools/export_models.py [--out _build/models]
+    python tools/build_playground.py [--out _build/playground]
 
-Writes bracket_classifier.onnx, shakespeare_char.onnx and numbers_to_words.onnx (with their
-attention weights as extra outputs, see transformer_lib.export), runs each on an input from its
-own task in onnxruntime and compares with PyTorch. The files are build outputs, not committed:
-they are made again from the shipped checkpoints.
+Writes into OUT (book/_ext/site_fixes.py copies it into the site's _static/playground/, next to
+the pages' own JavaScript):
+
+    vendor/         onnxruntime-web's ES module and its wasm, copied from node_modules (`npm ci`)
+    models/*.onnx   the numbers-to-words translator, the Shakespeare character model, its first
+                    attention layer with the mask as an input (the masks playground), the bracket classifier
+    models/meta.json    vocabularies, lengths, file sizes and the bracket head that tracks partners
+    expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for
+
+Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out. The
+models come from the shipped checkpoints, so the files are build outputs and stay out of git.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,46 +29,177 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib import checkpoints
-from transformer_lib.export import export_onnx, with_attention
+from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
 
 ROOT = Path(__file__).resolve().parents[1]
+ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
+RUNTIME = ["ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"]  # wasm backend only
+TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expected| <= 1e-5 (1 + |expected|)
+
+NUMBERS = ["4021", "57913", "0", "99999", "700", "12", "80008"]  # the page zero-pads to 5 digits, as the data does
+NUMBERS_MAX_NEW = 16  # the longest answer, 'ninety-nine thousand nine hundred ninety-nine', is 8 words
+PROMPTS = [("ROMEO:\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
+BRACKETS = ["([()])[]", "(()", "([)]", "[[]]()", "((((()))))"]
+MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
 
 
-def _inputs(name: str, model) -> tuple[torch.Tensor, ...]:
-    """(1, T) ids of a real input for each model: a bracket string, a line of the held-out play, or a number
-    with the words the model writes for it."""
-    if name == "bracket_classifier":
-        tok = checkpoints.bracket_classifier_data()[0]
-        return (torch.tensor([tok.encode("(()())(")]),)
-    if name == "numbers_to_words":
-        src_tok, tgt_tok = checkpoints.numbers_to_words_data()[:2]
-        src = torch.tensor([src_tok.encode("57913")])  # (1, 5)
-        return src, model.greedy_decode(src, tgt_tok.bos_id, tgt_tok.eos_id, max_new_tokens=10)  # (1, 1 + n)
-    tok, _, valid = checkpoints.shakespeare_data("char")
-    return (valid[:64][None],)
+def _check(name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected) -> float:
+    """Run `session` on `inputs`; fail unless every output is within TOLERANCE of PyTorch's `expected`
+    (relative to the value's size, for logits of 10 or more). Returns the largest absolute difference."""
+    feeds = {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)}
+    got = session.run(None, feeds)
+    for g, e in zip(got, expected):
+        worst = float((np.abs(g - e.numpy()) / (1 + np.abs(e.numpy()))).max())
+        if worst > TOLERANCE:
+            raise SystemExit(f"{name}: onnxruntime differs from PyTorch by {worst:.1e} (relative), "
+                             f"more than {TOLERANCE:.0e}")  # fmt: skip
+    return max(float(np.abs(g - e.numpy()).max()) for g, e in zip(got, expected))
+
+
+def _export(model, path: Path, inputs: tuple[torch.Tensor, ...]) -> float:
+    export_onnx(model, path)
+    with torch.no_grad():
+        expected = with_attention(model)(*inputs)
+    return _check(path.stem, ort.InferenceSession(str(path)), inputs, expected)
+
+
+def numbers_to_words(models: Path) -> tuple[dict, dict]:
+    model, _ = tl.load_checkpoint("numbers_to_words")
+    src_tok, tgt_tok = checkpoints.numbers_to_words_data()[:2]
+    answers = {}
+    for number in NUMBERS:
+        src = torch.tensor([src_tok.encode(number.zfill(5))])  # (1, 5)
+        out = model.greedy_decode(src, tgt_tok.bos_id, tgt_tok.eos_id, NUMBERS_MAX_NEW)  # (1, 1 + n)
+        answers[number] = tgt_tok.decode(out[0])
+    gap = _export(model, models / "numbers_to_words.onnx", (src, out))
+    cfg = model.config
+    meta = {"src_itos": src_tok.itos, "tgt_itos": tgt_tok.itos, "width": 5, "max_number": 99_999, "gap": gap,
+            "max_new_tokens": NUMBERS_MAX_NEW, "layers": cfg.num_layers, "heads": cfg.num_heads}  # fmt: skip
+    return meta, answers
+
+
+def _greedy_with_margin(model, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
+    """PyTorch's greedy continuation (model.generate, temperature 0) and the smallest gap between the two
+    likeliest logits on the way: a gap near onnxruntime's rounding could let the page pick the other token."""
+    out = model.generate(prompt, n, temperature=0.0)  # (1, T0 + n)
+    with torch.no_grad():
+        logits = model(out[:, :-1])[0, prompt.shape[1] - 1 :]  # (n, V): the logits each new token was chosen from
+    top2 = logits.topk(2, dim=-1).values  # (n, 2)
+    return out, float((top2[:, 0] - top2[:, 1]).min())
+
+
+def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
+    model, _ = tl.load_checkpoint("shakespeare_char")
+    tok = checkpoints.shakespeare_data("char")[0]
+    answers = []
+    for prompt, n in PROMPTS:
+        out, margin = _greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), n)
+        if margin < 1e-3:
+            raise SystemExit(f"the greedy continuation of {prompt!r} passes a near tie ({margin:.1e}); pick another")
+        answers.append({"prompt": prompt, "new": n, "text": tok.decode(out[0, len(prompt) :]), "margin": margin})
+    gap = _export(model, models / "shakespeare_char.onnx", (out,))
+    cfg = model.config
+    meta = {"itos": tok.itos, "max_len": cfg.max_len, "layers": cfg.num_layers, "heads": cfg.num_heads, "gap": gap}
+
+    # the masks playground: the same model's first attention layer, with the reader's mask
+    ids = tok.encode(MASKS["text"])
+    ids = [tok.pad_id] * MASKS["pad"] + ids if MASKS["side"] == "left" else ids + [tok.pad_id] * MASKS["pad"]
+    tokens = torch.tensor([ids])  # (1, T)
+    T = tokens.shape[1]
+    mask = torch.ones(T, T, dtype=torch.bool)
+    if MASKS["padding_mask"]:
+        mask &= (tokens[0] != tok.pad_id)[None, :]  # no query looks at a <pad> key
+    if MASKS["causal"]:
+        mask &= tl.causal_mask(T)
+    path = export_first_attention(model, models / "shakespeare_char_layer1.onnx")
+    with torch.no_grad():
+        weights = first_attention(model)(tokens, mask)  # (h, T, T)
+    masks_gap = _check(path.stem, ort.InferenceSession(str(path)), (tokens, mask), (weights,))
+    masks_meta = {"itos": tok.itos, "max_len": cfg.max_len, "heads": cfg.num_heads, "gap": masks_gap}
+    return meta, {"greedy": answers}, masks_meta, {**MASKS, "weights": weights.tolist()}
+
+
+def partner_head(model, tok) -> tuple[int, int, float]:
+    """(layer, head, mean weight) of the head that looks most from each bracket to its partner, on held-out
+    balanced strings: the encoder chapter's measure."""
+    x_test, y_test = checkpoints.bracket_classifier_data()[3:]
+    total, count = None, 0
+    for ids in x_test[y_test == 1][:200]:
+        ids = ids[ids != tok.pad_id][None]  # (1, S) with <bos> first
+        with torch.no_grad():
+            _, weights = with_attention(model)(ids)  # (L, h, S, S)
+        text = tok.decode(ids[0])
+        stack, pairs = [], []
+        for i, c in enumerate(text, start=1):  # +1: position 0 is <bos>
+            if c in "([":
+                stack.append(i)
+            else:
+                j = stack.pop()
+                pairs += [(i, j), (j, i)]
+        rows, cols = zip(*pairs)
+        mass = weights[:, :, list(rows), list(cols)].sum(-1)  # (L, h)
+        total = mass if total is None else total + mass
+        count += len(pairs)
+    mean = total / count  # (L, h)
+    layer, head = divmod(int(mean.argmax()), mean.shape[1])
+    return layer, head, float(mean[layer, head])
+
+
+def brackets(models: Path) -> tuple[dict, dict]:
+    model, _ = tl.load_checkpoint("bracket_classifier")
+    tok = checkpoints.bracket_classifier_data()[0]
+    answers = {}
+    for text in BRACKETS:
+        ids = torch.tensor([tok.encode(text, bos=True)])  # (1, 1 + S)
+        with torch.no_grad():
+            answers[text] = float(model(ids).softmax(-1)[0, 1])  # P(balanced)
+    gap = _export(model, models / "bracket_classifier.onnx", (ids,))
+    layer, head, weight = partner_head(model, tok)
+    cfg = model.config
+    meta = {"itos": tok.itos, "max_len": cfg.max_len, "layers": cfg.num_layers, "heads": cfg.num_heads,
+            "partner": {"layer": layer, "head": head, "mean_weight": weight}, "gap": gap}  # fmt: skip
+    return meta, answers
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "models")
+    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "playground")
     args = parser.parse_args()
-    for name in ("bracket_classifier", "shakespeare_char", "numbers_to_words"):
-        model, _ = tl.load_checkpoint(name)
-        path = export_onnx(model, args.out / f"{name}.onnx")
-        inputs = _inputs(name, model)
-        with torch.no_grad():
-            logits, weights = with_attention(model)(*inputs)
-        session = ort.InferenceSession(str(path))
-        feeds = {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)}
-        got_logits, got_weights = session.run(None, feeds)
-        gap = max(np.abs(got_logits - logits.numpy()).max(), np.abs(got_weights - weights.numpy()).max())
-        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        lengths = [x.shape[1] for x in inputs]
-        print(f"{shown}: {path.stat().st_size / 1e6:.2f} MB, inputs of {lengths} tokens, "
-              f"largest difference from PyTorch {gap:.1e}")  # fmt: skip
-        if gap > 1e-5:
-            print(f"{name}: onnxruntime differs from PyTorch by {gap:.1e}, more than 1e-5", file=sys.stderr)
-            return 1
+    missing = [f for f in RUNTIME if not (ORT_WEB / "dist" / f).is_file()]
+    if missing:
+        print(f"onnxruntime-web is not installed ({', '.join(missing)} missing from {ORT_WEB}/dist); "
+              "run `npm ci`", file=sys.stderr)  # fmt: skip
+        return 1
+    shutil.rmtree(args.out, ignore_errors=True)
+    vendor, models = args.out / "vendor", args.out / "models"
+    vendor.mkdir(parents=True)
+    models.mkdir()
+    for f in RUNTIME:
+        shutil.copy(ORT_WEB / "dist" / f, vendor / f)
+    package = json.loads((ORT_WEB / "package.json").read_text())
+    (vendor / "README.txt").write_text(f"onnxruntime-web {package['version']} ({package['license']} license), "
+                                       "copied from npm by tools/build_playground.py\n")  # fmt: skip
+
+    torch.manual_seed(0)  # nothing here samples; a fixed seed keeps it so
+    meta, expected = {}, {}
+    meta["numbers_to_words"], expected["numbers_to_words"] = numbers_to_words(models)
+    meta["shakespeare_char"], expected["shakespeare_char"], meta["masks"], expected["masks"] = shakespeare(models)
+    meta["bracket_classifier"], expected["bracket_classifier"] = brackets(models)
+    files = {"numbers_to_words": "numbers_to_words", "shakespeare_char": "shakespeare_char",
+             "masks": "shakespeare_char_layer1", "bracket_classifier": "bracket_classifier"}  # fmt: skip
+    for key, stem in files.items():
+        meta[key]["file"] = f"{stem}.onnx"
+        meta[key]["bytes"] = (models / f"{stem}.onnx").stat().st_size
+    meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)
+    (models / "meta.json").write_text(json.dumps(meta, ensure_ascii=False))
+    (args.out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1))
+    for key, stem in files.items():
+        print(f"{stem}.onnx: {meta[key]['bytes'] / 1e6:.2f} MB, at most {meta[key]['gap']:.1e} from PyTorch")
+    b = meta["bracket_classifier"]["partner"]
+    print(f"runtime: {meta['runtime_bytes'] / 1e6:.1f} MB; the partner head is layer {b['layer'] + 1}, "
+          f"head {b['head'] + 1} (mean weight {b['mean_weight']:.2f})")  # fmt: skip
+    shown = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
+    print(f"the playground's files are in {shown}")
     return 0
 
 

@@ -9,9 +9,16 @@
 - docutils writes the bibliography as a `role="list"` whose entries carry `role="doc-biblioentry"`,
   a role ARIA has deprecated, and which leaves the list without list items. axe-core reports both
   (aria-deprecated-role, aria-required-children), so each entry becomes a `listitem`.
+- The playgrounds' built files (the runtime from npm, the ONNX models, meta.json, expected.json),
+  which tools/build_playground.py writes to _build/playground, are copied into the site's
+  _static/playground/, next to the pages' own JavaScript from book/_static/playground/. Without
+  them the playground pages say that they could not start; the Makefile says why, loudly.
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 
 def _is_thebe(script) -> bool:
@@ -49,7 +56,14 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
         context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
 
 
+def _copy_playground(app, exception) -> None:
+    built = Path(app.srcdir) / "_build" / "playground"
+    if exception is None and app.builder.format == "html" and (built / "models" / "meta.json").is_file():
+        shutil.copytree(built, Path(app.outdir) / "_static" / "playground", dirs_exist_ok=True)
+
+
 def setup(app):
+    app.connect("build-finished", _copy_playground)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _colab_opens_the_plain_copy, priority=900)
     app.connect("html-page-context", _bibliography_entries_are_list_items, priority=900)

@@ -19,8 +19,14 @@ def toc_pages() -> list[str]:
     """Every page of the table of contents, as a path under _build/html (e.g. 'book/intro.html')."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
+
+    def visit(entries):
+        for entry in entries:
+            files.append(entry["file"])
+            visit(entry.get("sections", []))
+
     for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
+        visit(part["chapters"])
     return [f"{Path(f).with_suffix('').as_posix()}.html" for f in files]
 
 

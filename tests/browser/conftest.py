@@ -99,6 +99,18 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("page weight: HTML plus its images (limit 2 MB per page)")
         for path, size in sorted(weights.items()):
             terminalreporter.write_line(f"{size / 1e6:6.2f} MB  {path}")
+    times = getattr(config, "playground_times", None)
+    if times:
+        import json
+
+        meta = json.loads((SITE / "_static" / "playground" / "models" / "meta.json").read_text())
+        terminalreporter.section("playgrounds: files fetched, load and first-answer times (headless Chromium)")
+        terminalreporter.write_line(f"{meta['runtime_bytes'] / 1e6:6.2f} MB  onnxruntime-web (once per visit)")
+        for key, t in sorted(times.items()):
+            terminalreporter.write_line(f"{meta[key]['bytes'] / 1e6:6.2f} MB  {key}: loaded in {t['load_ms']} ms, "
+                                        f"first answer in {t['first_answer_ms']} ms")  # fmt: skip
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "playground-times.json").write_text(json.dumps(times, indent=1))
     skipped = terminalreporter.stats.get("skipped", [])
     if any("BROWSER TESTS SKIPPED" in str(r.longrepr) for r in skipped):
         terminalreporter.section("BROWSER TESTS SKIPPED", sep="!", red=True, bold=True)

@@ -1,0 +1,83 @@
+// Brackets: the book's encoder classifier says whether the reader's bracket string is balanced.
+//
+// The model (models/bracket_classifier.onnx) is tl.EncoderClassifier, 3 layers, 8 heads:
+//   tokens (1, S) = <bos> then the brackets -> logits (1, 2), attention (L, h, S, S)
+// P(balanced) is the softmax of the two logits. The page opens on the head that, on held-out
+// strings, puts the most weight on each bracket's partner (tools/build_playground.py measures it).
+
+import { fillSelect, firstAnswer, heatmap, idsTensor, loadModel, rows, shown, softmax } from "./playground.js";
+
+const $ = (id) => document.getElementById(id);
+const BOS = 1;
+const OPEN = { ")": "(", "]": "[" };
+
+// The reader's text -> {ids: <bos> and the brackets' ids} or {error: what is wrong}
+export function check(text, info) {
+  if (text === "") return { error: "The field is empty: type brackets such as ([]())." };
+  const bad = [...new Set(text)].filter((c) => !"()[]".includes(c)).map((c) => `“${shown(c)}”`);
+  if (bad.length) return { error: `The model reads only ( ) [ ]; ${bad.join(", ")} ${bad.length > 1 ? "are" : "is"} not in its vocabulary.` };
+  if (text.length + 1 > info.max_len) {
+    return { error: `${text.length} brackets and <bos> make ${text.length + 1} tokens, more than the model's ` +
+      `${info.max_len} positions.` };
+  }
+  return { ids: [BOS, ...[...text].map((c) => info.itos.indexOf(c))] };
+}
+
+// The rule itself, and each bracket's partner: text -> {balanced, partner: Map position -> position (1-based, after <bos>)}
+export function partners(text) {
+  const stack = [], partner = new Map();
+  let balanced = true;
+  [...text].forEach((c, k) => {
+    const i = k + 1;
+    if (c === "(" || c === "[") stack.push([c, i]);
+    else if (stack.length && stack[stack.length - 1][0] === OPEN[c]) {
+      const [, j] = stack.pop();
+      partner.set(i, j).set(j, i);
+    } else balanced = false;
+  });
+  return { balanced: balanced && stack.length === 0, partner };
+}
+
+let model = null;
+let latest = 0;
+
+async function classify() {
+  if (model === null) return;
+  const { ort, session, info } = model;
+  const text = $("brackets-text").value.replaceAll(" ", "");
+  const checked = check(text, info);
+  $("brackets-error").textContent = checked.error ?? "";
+  if (checked.error) return;
+  const request = ++latest, start = performance.now();
+  const out = await session.run({ tokens: idsTensor(ort, checked.ids) });
+  if (request !== latest) return;
+  firstAnswer("bracket_classifier", start);
+  const p = softmax(out.logits.data)[1]; // logits (1, 2) -> P(balanced)
+  const rule = partners(text);
+  $("brackets-probability").textContent = p.toFixed(4);
+  $("brackets-bar").style.width = `${(100 * p).toFixed(1)}%`;
+  $("brackets-verdict").textContent = `The model says ${p >= 0.5 ? "balanced" : "not balanced"}; ` +
+    `the rule says ${rule.balanced ? "balanced" : "not balanced"}.`;
+  const layer = Number($("brackets-layer").value), head = Number($("brackets-head").value);
+  const labels = ["·bos·", ...text];
+  heatmap($("brackets-map"), rows(out.attention, layer, head), labels, labels, {
+    label: `Attention of layer ${layer + 1}, head ${head + 1} over ${text}: each bracket (rows) against every ` +
+      "bracket (columns); each bracket's partner is outlined", rowTitle: "bracket", colTitle: "looks at",
+    outlined: (r, c) => rule.partner.get(r) === c });
+  $("brackets-status").textContent = `${text}: P(balanced) = ${p.toFixed(4)}. ${$("brackets-verdict").textContent}`;
+}
+
+async function main() {
+  model = await loadModel("bracket_classifier", $("brackets-status"));
+  const { layers, heads, partner } = model.info;
+  fillSelect($("brackets-layer"), layers, partner.layer);
+  fillSelect($("brackets-head"), heads, partner.head);
+  $("brackets-partner").textContent = `layer ${partner.layer + 1}, head ${partner.head + 1}`;
+  $("brackets-text").addEventListener("input", classify);
+  $("brackets-layer").addEventListener("change", classify);
+  $("brackets-head").addEventListener("change", classify);
+  $("brackets-form").addEventListener("submit", (e) => { e.preventDefault(); classify(); });
+  await classify();
+}
+
+main().catch(() => {}); // loadModel has said what went wrong in the page's status line

@@ -1,0 +1,151 @@
+// Language model: the book's Shakespeare character model continues the reader's prompt, one character at a time.
+//
+// The model (models/shakespeare_char.onnx) is tl.DecoderOnlyLM, 4 layers, 4 heads, 128 positions:
+//   tokens (1, T) -> logits (1, T, V), attention (L, h, T, T)
+// Each step runs the whole prompt-so-far (the file has no cache) and samples from the last
+// position's logits as DecoderOnlyLM.generate does: divide by the temperature (0 is greedy), keep
+// the top-k likeliest, then the top-p nucleus, renormalise and draw, with a seeded generator so a
+// seed repeats its text.
+
+import { argmax, firstAnswer, idsTensor, loadModel, painted, shown, softmax, unknownCharacters } from "./playground.js";
+
+const $ = (id) => document.getElementById(id);
+const SHOWN_CANDIDATES = 8;
+
+// A small seeded generator (mulberry32): seed -> a function giving numbers in [0, 1)
+function generator(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// The reader's settings -> {prompt, n, temperature, topK, topP, seed} or {error: what is wrong}
+export function settings(info) {
+  const prompt = $("lm-prompt").value;
+  const n = Number($("lm-length").value), topK = Number($("lm-topk").value), seed = Number($("lm-seed").value);
+  const temperature = Number($("lm-temperature").value), topP = Number($("lm-topp").value);
+  if (prompt === "") return { error: "The prompt is empty: type a few characters for the model to continue." };
+  const unknown = unknownCharacters(prompt, info.itos);
+  if (unknown.length) {
+    return { error: `The model has never seen ${unknown.join(", ")}: its vocabulary is the characters of the ` +
+      "training plays. Remove or replace them." };
+  }
+  if (!Number.isInteger(n) || n < 1) return { error: `Characters to write must be a whole number of at least 1, got “${$("lm-length").value}”.` };
+  if (prompt.length + n > info.max_len) {
+    return { error: `The prompt has ${prompt.length} characters and you asked for ${n} more: ${prompt.length + n}, ` +
+      `more than the model's ${info.max_len} positions. Shorten the prompt or ask for fewer.` };
+  }
+  if (!Number.isInteger(topK) || topK < 0) return { error: `Top-k must be a whole number, 0 for off, got “${$("lm-topk").value}”.` };
+  if (!Number.isInteger(seed)) return { error: `The seed must be a whole number, got “${$("lm-seed").value}”.` };
+  return { prompt, n, temperature, topK, topP, seed };
+}
+
+// The last position's logits (V) and the settings -> {model: the model's own probabilities (temperature 1),
+// order: the ids likeliest first, sampling: the distribution the next character is drawn from}.
+// As _sample_next in models.py: logits / temperature, keep the top-k (0: all), then the smallest set
+// of likeliest whose probabilities reach top-p (1: all), renormalise. Temperature 0 is greedy.
+export function distribution(logits, { temperature, topK, topP }) {
+  const model = softmax(logits);
+  const order = model.map((_, i) => i).sort((i, j) => model[j] - model[i]); // likeliest first
+  if (temperature === 0) return { model, order, sampling: model.map((_, i) => (i === argmax(logits) ? 1 : 0)) };
+  const scaled = softmax(Array.from(logits, (x) => x / temperature)); // same order as `model`
+  const k = topK === 0 ? order.length : Math.min(topK, order.length);
+  const massK = order.slice(0, k).reduce((sum, i) => sum + scaled[i], 0);
+  const kept = new Array(scaled.length).fill(false);
+  let before = 0; // mass of the likelier kept tokens, within the top-k
+  for (const i of order.slice(0, k)) {
+    if (topP >= 1 || before / massK < topP) kept[i] = true; // the likeliest is always kept
+    before += scaled[i];
+  }
+  const mass = scaled.reduce((sum, p, i) => sum + (kept[i] ? p : 0), 0);
+  return { model, order, sampling: scaled.map((p, i) => (kept[i] ? p / mass : 0)) };
+}
+
+function draw(draws, sampling) {
+  const u = draws();
+  let total = 0;
+  for (let i = 0; i < sampling.length; i++) {
+    total += sampling[i];
+    if (u < total) return i;
+  }
+  return sampling.findLastIndex((p) => p > 0);
+}
+
+let model = null;
+let running = false;
+let steps = []; // per generated character: {context, chosen, candidates [{index, token, p, drawn}]}
+
+function showStep(k) {
+  const step = steps[k];
+  if (!step) return;
+  $("lm-step-label").textContent = `Step ${k + 1} of ${steps.length}: after “…${step.context.slice(-20).replaceAll("\n", "↵")}”`;
+  const body = $("lm-candidates").querySelector("tbody");
+  body.replaceChildren(...step.candidates.map((c) => {
+    const tr = document.createElement("tr");
+    if (c.index === step.chosen) tr.className = "playground-chosen";
+    const cells = [shown(c.token), c.p.toFixed(3), c.drawn.toFixed(3), c.index === step.chosen ? "chosen" : ""];
+    tr.append(...cells.map((text) => Object.assign(document.createElement("td"), { textContent: text })));
+    return tr;
+  }));
+}
+
+async function generate(event) {
+  event?.preventDefault();
+  if (model === null || running) return;
+  const { ort, session, info } = model;
+  const s = settings(info);
+  $("lm-error").textContent = s.error ?? "";
+  if (s.error) return;
+  const start = performance.now();
+  running = true;
+  $("lm-generate").disabled = true;
+  $("lm-stop").disabled = false;
+  const ids = [...s.prompt].map((c) => info.itos.indexOf(c)); // (T,) character ids
+  const draws = generator(s.seed);
+  steps = [];
+  $("lm-prompt-echo").textContent = s.prompt;
+  $("lm-generated").textContent = "";
+  for (let step = 0; step < s.n && running; step++) {
+    const out = await session.run({ tokens: idsTensor(ort, ids) });
+    const [, T, V] = out.logits.dims; // logits (1, T, V)
+    const logits = out.logits.data.subarray((T - 1) * V, T * V); // (V,): the last position's
+    const d = distribution(logits, s);
+    const next = s.temperature === 0 ? argmax(logits) : draw(draws, d.sampling);
+    const candidates = d.order.slice(0, SHOWN_CANDIDATES).map((i) => ({ index: i, token: info.itos[i], p: d.model[i],
+      drawn: d.sampling[i] }));
+    steps.push({ context: ids.map((i) => info.itos[i]).join(""), chosen: next, candidates });
+    ids.push(next);
+    $("lm-generated").textContent += info.itos[next];
+    $("lm-step").max = String(steps.length);
+    $("lm-step").value = String(steps.length);
+    showStep(steps.length - 1);
+    await painted();
+  }
+  firstAnswer("shakespeare_char", start);
+  $("lm-step").disabled = false;
+  $("lm-generate").disabled = false;
+  $("lm-stop").disabled = true;
+  $("lm-status").textContent = `${running ? "Done" : "Stopped"}: ${steps.length} characters written ` +
+    `(temperature ${s.temperature}${s.topK ? `, top-k ${s.topK}` : ""}${s.topP < 1 ? `, top-p ${s.topP}` : ""}).`;
+  running = false;
+}
+
+async function main() {
+  model = await loadModel("shakespeare_char", $("lm-status"));
+  for (const id of ["lm-temperature", "lm-topp"]) {
+    const show = () => { $(`${id}-value`).textContent = $(id).value; };
+    $(id).addEventListener("input", show);
+    show();
+  }
+  $("lm-step").addEventListener("input", () => showStep(Number($("lm-step").value) - 1));
+  $("lm-form").addEventListener("submit", generate);
+  $("lm-stop").addEventListener("click", () => { running = false; });
+  $("lm-generate").disabled = false;
+  await generate(); // one sample with the page's settings, so the page opens with an answer
+}
+
+main().catch(() => {}); // loadModel has said what went wrong in the page's status line

@@ -1,0 +1,109 @@
+// Numbers to words: the book's encoder-decoder translates a number the reader types, one word at a time.
+//
+// The model (models/numbers_to_words.onnx) is tl.Transformer with 2 + 2 layers and 4 heads:
+//   src (1, S = 5) digit ids, tgt (1, T) word ids so far -> logits (1, T, V), cross_attention (L, h, T, S)
+// Greedy decoding runs here as in Transformer.greedy_decode: start from <bos>, append the likeliest
+// word, stop at <eos>. The ONNX file has no cache, so each step runs the whole decoder again.
+
+import { argmax, fillSelect, firstAnswer, heatmap, idsTensor, loadModel, meanRows, painted, rows } from "./playground.js";
+
+const $ = (id) => document.getElementById(id);
+const BOS = 1, EOS = 2, SPECIALS = 4; // the ids of data.SPECIALS: <pad> <bos> <eos> <unk>
+const PLACES = ["ten thousands", "thousands", "hundreds", "tens", "ones"];
+
+// The reader's text -> {digits: the 5 characters the encoder reads} or {error: what is wrong, in words}
+export function check(text, info) {
+  const t = text.trim().replaceAll(",", ""); // "4,021" is 4021
+  if (t === "") return { error: "The field is empty: type a whole number from 0 to 99,999." };
+  if (/^-\d+$/.test(t)) return { error: `${text.trim()} is out of range: the model knows numbers from 0 to 99,999.` };
+  const bad = [...new Set(t.replace(/[0-9]/g, ""))].map((c) => `“${c}”`);
+  if (bad.length) {
+    return { error: `The model reads only the digits 0 to 9; ${bad.join(", ")} ${bad.length > 1 ? "are" : "is"} not ` +
+      "in its vocabulary." };
+  }
+  const n = Number(t);
+  if (n > info.max_number) return { error: `${text.trim()} is out of range: the model knows numbers from 0 to 99,999.` };
+  return { digits: String(n).padStart(info.width, "0") };
+}
+
+// Word tokens -> text as WordTokenizer.join writes it: spaces between words, none after a hyphen
+function join(words) {
+  return words.reduce((text, w) => (text === "" || text.endsWith("-") ? text + w : `${text} ${w}`), "");
+}
+
+let model = null; // {ort, session, info}
+let answer = null; // the latest: {digits, words (predicted tokens, <eos> included), attention (L, h, T, S)}
+
+function drawMap() {
+  if (answer === null) return;
+  const layer = Number($("numbers-layer").value), head = $("numbers-head").value;
+  const L = answer.attention.dims[0], h = answer.attention.dims[1];
+  const maps = head === "mean" ? Array.from({ length: h }, (_, k) => rows(answer.attention, layer, k))
+    : [rows(answer.attention, layer, Number(head))]; // each (T, S)
+  const T = answer.words.length;
+  const weights = meanRows(maps).slice(0, T);
+  const which = head === "mean" ? "the mean of its heads" : `head ${Number(head) + 1}`;
+  heatmap($("numbers-map"), weights, answer.words, answer.digits.split(""), {
+    label: `Cross-attention of layer ${layer + 1} of ${L}, ${which}: each word written (rows) against the five ` +
+      `digits of ${answer.digits} (columns)`, rowTitle: "writing", colTitle: "digit" });
+}
+
+function drawSource(digits, ids) {
+  const table = $("numbers-source");
+  table.querySelector("tbody").replaceChildren(...[["digit", [...digits]], ["token id", ids], ["place", PLACES]].map(
+    ([name, cells]) => {
+      const tr = document.createElement("tr");
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = name;
+      tr.append(th, ...cells.map((c) => Object.assign(document.createElement("td"), { textContent: String(c) })));
+      return tr;
+    }));
+  table.hidden = false;
+}
+
+async function translate(event) {
+  event?.preventDefault();
+  if (model === null) return;
+  const { ort, session, info } = model;
+  const checked = check($("numbers-input").value, info);
+  $("numbers-error").textContent = checked.error ?? "";
+  if (checked.error) return;
+  const start = performance.now();
+  const src = [...checked.digits].map((c) => info.src_itos.indexOf(c)); // (S,) digit ids
+  drawSource(checked.digits, src);
+  const tgt = [BOS]; // (T,) word ids so far
+  const words = [];
+  $("numbers-output").textContent = "";
+  $("numbers-translate").disabled = true;
+  for (let step = 0; step < info.max_new_tokens; step++) {
+    const out = await session.run({ src: idsTensor(ort, src), tgt: idsTensor(ort, tgt) });
+    const [, T, V] = out.logits.dims; // logits (1, T, V)
+    const next = argmax(out.logits.data.subarray((T - 1) * V, T * V)); // the last position's likeliest word
+    words.push(next === EOS ? "·eos·" : info.tgt_itos[next]);
+    answer = { digits: checked.digits, words, attention: out.cross_attention }; // (L, h, T, S)
+    drawMap(); // one row more than the step before
+    if (next === EOS) break;
+    tgt.push(next);
+    $("numbers-output").textContent = join(tgt.slice(1).filter((i) => i >= SPECIALS).map((i) => info.tgt_itos[i]));
+    await painted();
+  }
+  firstAnswer("numbers_to_words", start);
+  $("numbers-translate").disabled = false;
+  const text = $("numbers-output").textContent;
+  $("numbers-status").textContent = `${checked.digits} in words: ${text || "(nothing: the model wrote <eos> first)"}.`;
+}
+
+async function main() {
+  model = await loadModel("numbers_to_words", $("numbers-status"));
+  fillSelect($("numbers-layer"), model.info.layers, model.info.layers - 1);
+  fillSelect($("numbers-head"), model.info.heads, 0, "all (mean)");
+  $("numbers-head").value = "mean";
+  $("numbers-layer").addEventListener("change", drawMap);
+  $("numbers-head").addEventListener("change", drawMap);
+  $("numbers-form").addEventListener("submit", translate);
+  $("numbers-translate").disabled = false;
+  await translate();
+}
+
+main().catch(() => {}); // loadModel has said what went wrong in the page's status line

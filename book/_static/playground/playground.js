@@ -1,0 +1,172 @@
+// What the four playground pages share: loading onnxruntime-web and a model, reading tensors, drawing a heatmap.
+//
+// Nothing here runs on a page by itself. A playground's own module imports it, and the runtime
+// (onnxruntime-web's ES module, then its 14 MB wasm) is imported the first time a model loads,
+// so no other page of the site ever fetches it. Everything comes from this site's own
+// _static/playground/: vendor/ (the runtime, copied from npm) and models/ (the ONNX files and
+// meta.json, both written by tools/build_playground.py). Nothing leaves the reader's browser.
+
+const HERE = new URL("./", import.meta.url);
+
+// Load times and first-answer times, by model, for the browser tests to report.
+export const timings = (window.playgroundTimings ??= {});
+
+let runtime = null; // the Promise of the ort module: one per page, made on first use
+
+function loadRuntime() {
+  runtime ??= import(new URL("vendor/ort.wasm.min.mjs", HERE).href).then((ort) => {
+    ort.env.wasm.numThreads = 1; // one thread needs no cross-origin isolation from the server
+    ort.env.wasm.wasmPaths = new URL("vendor/", HERE).href; // this site's copy, never a CDN
+    return ort;
+  });
+  return runtime;
+}
+
+let meta = null;
+
+// models/meta.json: each model's file, size, vocabulary and lengths
+export function loadMeta() {
+  meta ??= fetch(new URL("models/meta.json", HERE)).then((r) => {
+    if (!r.ok) throw new Error("the playground's model files are not part of this build");
+    return r.json();
+  });
+  return meta;
+}
+
+export const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
+
+// Start the runtime and one model, saying so in `status`: -> {ort, session, info}
+export async function loadModel(key, status) {
+  const start = performance.now();
+  let info;
+  try {
+    const all = await loadMeta();
+    info = all[key];
+    status.textContent = `Loading the model (${megabytes(info.bytes)}) and the runtime ` +
+      `(${megabytes(all.runtime_bytes)}, once per visit) into this page…`;
+    const ort = await loadRuntime();
+    const session = await ort.InferenceSession.create(new URL(`models/${info.file}`, HERE).href,
+      { executionProviders: ["wasm"] });
+    timings[key] = { load_ms: Math.round(performance.now() - start) };
+    status.textContent = `Model loaded (${megabytes(info.bytes)}) in ${(timings[key].load_ms / 1000).toFixed(1)} s. ` +
+      "It runs here, in your browser.";
+    return { ort, session, info };
+  } catch (err) {
+    status.textContent = "This playground could not start: " + err.message + ". The website was probably " +
+      "built without node and npm (`npm ci`, then `make book`), which the playgrounds need.";
+    throw err;
+  }
+}
+
+// Record the first answer's time once per model.
+export function firstAnswer(key, since) {
+  if (timings[key] && timings[key].first_answer_ms === undefined) {
+    timings[key].first_answer_ms = Math.round(performance.now() - since);
+  }
+}
+
+// ids (n numbers) -> an int64 tensor of shape (1, n)
+export const idsTensor = (ort, ids) => new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, ids.length]);
+
+// A tensor of dims (...lead, R, C) and one index per leading dim -> R rows of C numbers (views, no copy)
+export function rows(tensor, ...lead) {
+  const dims = tensor.dims;
+  const R = dims[dims.length - 2], C = dims[dims.length - 1];
+  let offset = 0;
+  lead.forEach((i, k) => { offset = offset * dims[k] + i; });
+  offset *= R * C;
+  return Array.from({ length: R }, (_, r) => tensor.data.subarray(offset + r * C, offset + (r + 1) * C));
+}
+
+// Rows of several matrices of the same shape -> their element-wise mean (the "all heads" view)
+export function meanRows(matrices) {
+  return matrices[0].map((row, r) => row.map((_, c) => matrices.reduce((s, m) => s + m[r][c], 0) / matrices.length));
+}
+
+// The index of the largest value; the first one on a tie, as torch.argmax
+export function argmax(values) {
+  let best = 0;
+  for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
+  return best;
+}
+
+// logits (V) -> probabilities (V), softmax computed from the largest logit down so nothing overflows
+export function softmax(logits) {
+  const top = Math.max(...logits);
+  const e = Array.from(logits, (x) => Math.exp(x - top));
+  const sum = e.reduce((a, b) => a + b, 0);
+  return e.map((x) => x / sum);
+}
+
+// How a token is written on a label: visible stand-ins for a space, a line break and the specials
+export function shown(token) {
+  return { " ": "␣", "\n": "↵", "<pad>": "·pad·", "<bos>": "·bos·", "<eos>": "·eos·", "<unk>": "·unk·" }[token] ?? token;
+}
+
+// Characters of `text` that `itos` lacks, each once, written for a message: “x”, “%”
+export function unknownCharacters(text, itos) {
+  const known = new Set(itos.slice(4)); // after <pad> <bos> <eos> <unk>
+  return [...new Set(text)].filter((c) => !known.has(c)).map((c) => `“${shown(c)}”`);
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgNode(name, attributes = {}, text = "") {
+  const node = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
+  if (text) node.textContent = text;
+  return node;
+}
+
+// A heatmap of attention weights into `container`, replacing what was there.
+//   weights: R rows of C numbers in [0, 1]; rowLabels (R), colLabels (C): what the rows and columns are
+//   options: {label: the picture's accessible name, rowTitle, colTitle,
+//             masked(r, c): true draws the cell hatched, outlined(r, c): true draws a thick border}
+// Each cell keeps its exact weight in data-w (the browser tests read it) and shows it in a tooltip.
+export function heatmap(container, weights, rowLabels, colLabels, options = {}) {
+  const cell = 26, left = 12 + 9 * Math.max(...rowLabels.map((l) => l.length), 1);
+  const top = 12 + 8 * Math.max(...colLabels.map((l) => l.length), 1);
+  const width = left + cell * colLabels.length + 4, height = top + cell * rowLabels.length + 4;
+  const svg = svgNode("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": options.label ?? "attention weights", class: "playground-heatmap" });
+  const hatch = svgNode("pattern", { id: `${container.id}-hatch`, width: 6, height: 6, patternUnits: "userSpaceOnUse",
+    patternTransform: "rotate(45)" });
+  hatch.append(svgNode("rect", { width: 6, height: 6, fill: "#f2f2f2" }),
+    svgNode("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#9a9a9a", "stroke-width": 2 }));
+  const defs = svgNode("defs");
+  defs.append(hatch);
+  svg.append(defs);
+  colLabels.forEach((label, c) => {
+    const x = left + c * cell + cell / 2, y = top - 6;
+    svg.append(svgNode("text", { x, y, transform: `rotate(-60 ${x} ${y})`, class: "playground-label" }, label));
+  });
+  weights.forEach((row, r) => {
+    svg.append(svgNode("text", { x: left - 6, y: top + r * cell + cell / 2 + 4, "text-anchor": "end",
+      class: "playground-label" }, rowLabels[r]));
+    Array.from(row).forEach((w, c) => {
+      const masked = options.masked?.(r, c) ?? false;
+      const rect = svgNode("rect", { x: left + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
+        fill: masked ? `url(#${container.id}-hatch)` : shade(w), "data-w": String(w), "data-row": r, "data-col": c });
+      if (options.outlined?.(r, c)) rect.setAttribute("class", "playground-outlined");
+      rect.append(svgNode("title", {}, `${options.rowTitle ?? "row"} ${rowLabels[r]} → ${options.colTitle ?? "column"} ` +
+        `${colLabels[c]}: ${masked ? "masked, " : ""}${Number(w).toFixed(3)}`));
+      svg.append(rect);
+    });
+  });
+  container.replaceChildren(svg);
+}
+
+// A weight in [0, 1] -> a colour from near-white (0) to dark blue (1)
+function shade(w) {
+  const t = Math.min(Math.max(Number(w), 0), 1);
+  return `hsl(215, 75%, ${Math.round(97 - 72 * t)}%)`;
+}
+
+// Fill a <select> with "1".."n" (shown 1-based, valued 0-based), choosing `chosen`
+export function fillSelect(select, n, chosen = 0, extra = null) {
+  select.replaceChildren(...Array.from({ length: n }, (_, i) => new Option(String(i + 1), String(i), false, i === chosen)));
+  if (extra) select.append(new Option(extra, "mean"));
+}
+
+// Wait for the browser to paint, so that a streamed answer is seen growing
+export const painted = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));

@@ -1,0 +1,237 @@
+"""The playgrounds answer in headless Chromium, with the network closed, as PyTorch does.
+
+tools/build_playground.py (run by `make book`) wrote PyTorch's answers on fixed inputs into
+_static/playground/expected.json; these tests type the same inputs into the pages and compare.
+They also check the messages for bad input, that only playground pages fetch the runtime, the
+controls' labels and keyboard use, and they record each model's load and first-answer time.
+A site built without npm has no playground files: the tests skip loudly, and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .checks import network_problems
+from .conftest import SITE, _missing
+
+pytestmark = pytest.mark.browser
+BUILT = SITE / "_static" / "playground"
+PAGES = {"numbers_to_words": "numbers", "masks": "masks", "shakespeare_char": "language_model",
+         "bracket_classifier": "brackets"}  # fmt: skip
+ANSWERED = "key => window.playgroundTimings && window.playgroundTimings[key] && " \
+           "window.playgroundTimings[key].first_answer_ms !== undefined"  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict:
+    if not (BUILT / "expected.json").is_file():
+        _missing("the playgrounds were not built (no npm when `make book` ran); install nodejs and npm")
+    return json.loads((BUILT / "expected.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def meta() -> dict:
+    return json.loads((BUILT / "models" / "meta.json").read_text())
+
+
+def _open(page, site_url, key, request=None):
+    """Open a playground and wait for its first answer (the page answers its default input by itself)."""
+    response = page.goto(f"{site_url}/book/playground/{PAGES[key]}.html", wait_until="load")
+    assert response is not None and response.status == 200
+    page.wait_for_function(ANSWERED, arg=key, timeout=120_000)
+    if request is not None:  # record the times for the terminal summary (conftest.py)
+        times = request.config.__dict__.setdefault("playground_times", {})
+        times[key] = page.evaluate("key => window.playgroundTimings[key]", key)
+    return page
+
+
+def _status_after(page, element_id, action, timeout=60_000) -> str:
+    """Empty the live region `element_id`, do `action`, wait until the page writes its result there; return it.
+
+    Each page writes its live region once, when the answer is complete."""
+    page.eval_on_selector(f"#{element_id}", "e => { e.textContent = ''; }")
+    action()
+    page.wait_for_function("id => document.getElementById(id).textContent !== ''", arg=element_id, timeout=timeout)
+    return page.text_content(f"#{element_id}")
+
+
+def _set_range(page, selector, value):
+    page.eval_on_selector(selector, "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", str(value))
+
+
+def test_numbers_to_words_writes_pytorchs_greedy_words(page, site_url, expected, request):
+    _open(page, site_url, "numbers_to_words", request)
+    for number, words in expected["numbers_to_words"].items():
+        page.fill("#numbers-input", number)
+        status = _status_after(page, "numbers-status", lambda: page.press("#numbers-input", "Enter"))
+        assert status.startswith(number.zfill(5)), status
+        assert page.text_content("#numbers-output") == words, f"{number}: the page wrote a different answer"
+        cells = page.eval_on_selector_all("#numbers-map rect[data-w]", "els => els.length")
+        assert cells == 5 * (len(words.replace("-", "- ").split()) + 1)  # one row per word and one for <eos>
+    assert not network_problems(page)
+
+
+def test_numbers_to_words_cross_attention_rows_sum_to_one_for_every_head(page, site_url):
+    _open(page, site_url, "numbers_to_words")
+    for layer in ("0", "1"):
+        for head in ("0", "1", "2", "3", "mean"):
+            page.select_option("#numbers-layer", layer)
+            page.select_option("#numbers-head", head)
+            sums = page.eval_on_selector_all(
+                "#numbers-map svg",
+                """svgs => {
+                const rows = {};
+                svgs[0].querySelectorAll('rect[data-w]').forEach(r => {
+                    rows[r.dataset.row] = (rows[r.dataset.row] || 0) + Number(r.dataset.w); });
+                return Object.values(rows); }""",
+            )
+            assert sums and all(abs(s - 1) < 1e-4 for s in sums), (layer, head, sums)
+
+
+def test_language_model_at_temperature_0_writes_pytorchs_greedy_text(page, site_url, expected, request):
+    _open(page, site_url, "shakespeare_char", request)
+    for case in expected["shakespeare_char"]["greedy"]:
+        page.fill("#lm-prompt", case["prompt"])
+        page.fill("#lm-length", str(case["new"]))
+        _set_range(page, "#lm-temperature", 0)
+        status = _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
+        assert status.startswith("Done"), status
+        assert page.text_content("#lm-generated") == case["text"], f"{case['prompt']!r}: not PyTorch's greedy text"
+        chosen = page.eval_on_selector_all("#lm-candidates tbody tr", "rows => rows.map(r => r.className)")
+        assert chosen[0] == "playground-chosen"  # greedy takes the likeliest, the table's first row
+    assert not network_problems(page)
+
+
+def test_language_model_samples_repeat_with_their_seed_and_top_k_1_is_greedy(page, site_url, expected):
+    _open(page, site_url, "shakespeare_char")
+    greedy = expected["shakespeare_char"]["greedy"][0]
+    page.fill("#lm-prompt", greedy["prompt"])
+    page.fill("#lm-length", "40")
+
+    def sample(seed, temperature=1.0, top_k=0):
+        page.fill("#lm-seed", str(seed))
+        page.fill("#lm-topk", str(top_k))
+        _set_range(page, "#lm-temperature", temperature)
+        _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
+        return page.text_content("#lm-generated")
+
+    first = sample(3)
+    assert sample(3) == first and sample(4) != first
+    assert sample(5, temperature=1.5, top_k=1) == greedy["text"][:40]
+    shown = page.eval_on_selector_all("#lm-candidates tbody tr td:nth-child(3)", "tds => tds.map(t => t.textContent)")
+    assert shown[0] == "1.000" and set(shown[1:]) == {"0.000"}  # top-k 1 draws only the likeliest
+
+
+def test_brackets_probability_equals_pytorchs(page, site_url, expected, meta, request):
+    _open(page, site_url, "bracket_classifier", request)
+    partner = meta["bracket_classifier"]["partner"]
+    assert page.input_value("#brackets-layer") == str(partner["layer"])  # the page opens on the partner head
+    assert page.input_value("#brackets-head") == str(partner["head"])
+    for text, p in expected["bracket_classifier"].items():
+        status = _status_after(page, "brackets-status", lambda t=text: page.fill("#brackets-text", t))
+        assert status.startswith(f"{text}: P(balanced)"), status
+        shown = float(page.text_content("#brackets-probability"))
+        assert abs(shown - p) <= 6e-5, f"{text}: the page says {shown}, PyTorch {p:.6f}"
+        outlined = page.eval_on_selector_all("#brackets-map rect.playground-outlined", "els => els.length")
+        if text.count("(") == text.count(")") and "([)]" not in text and "(()" not in text:
+            assert outlined == len(text)  # every bracket's partner is outlined
+    assert not network_problems(page)
+
+
+def test_masks_give_pytorchs_weights_and_zeros_for_a_fully_masked_row(page, site_url, expected, request):
+    _open(page, site_url, "masks", request)
+    case = expected["masks"]
+    assert page.input_value("#masks-text") == case["text"] and page.input_value("#masks-pad") == str(case["pad"])
+    cells = "els => els.map(e => [+e.dataset.row, +e.dataset.col, +e.dataset.w])"  # (row, column, weight) each
+    weights = page.eval_on_selector_all("#masks-map rect[data-w]", cells)
+    head0 = case["weights"][0]  # (T, T) of head 1
+    assert len(weights) == len(head0) ** 2
+    assert max(abs(w - head0[r][c]) for r, c, w in weights) < 1e-5
+    assert all(w == 0 for r, c, w in weights if r < case["pad"])  # the two left pads' rows: all zeros, no NaN
+    summary = page.text_content("#masks-summary")
+    assert "Fully masked rows: 1, 2. Their weights are all 0, and no weight is NaN" in summary
+    status = _status_after(page, "masks-status", lambda: page.select_option("#masks-side", "right"))
+    assert "No row is fully masked" in status
+    status = _status_after(page, "masks-status", lambda: page.uncheck("#masks-causal"))
+    hatched = page.eval_on_selector_all("#masks-map rect[fill^='url']", "els => els.length")
+    assert "causal mask off" in status and hatched == 7 * 2  # only the two pad columns stay masked
+    assert not network_problems(page)
+
+
+BAD_INPUTS = [
+    ("numbers_to_words", "#numbers-input", "", "The field is empty"),
+    ("numbers_to_words", "#numbers-input", "12a", "“a” is not in its vocabulary"),
+    ("numbers_to_words", "#numbers-input", "123456", "out of range"),
+    ("numbers_to_words", "#numbers-input", "-5", "out of range"),
+    ("shakespeare_char", "#lm-prompt", "", "The prompt is empty"),
+    ("shakespeare_char", "#lm-prompt", "ROMEO€", "never seen “€”"),
+    ("shakespeare_char", "#lm-prompt", "To be " * 20, "more than the model's 128 positions"),
+    ("bracket_classifier", "#brackets-text", "", "The field is empty"),
+    ("bracket_classifier", "#brackets-text", "(a)", "“a” is not in its vocabulary"),
+    ("bracket_classifier", "#brackets-text", "()" * 40, "more than the model's 64 positions"),
+    ("masks", "#masks-text", "", "The text is empty"),
+    ("masks", "#masks-text", "to be€", "“€” is not in the model's vocabulary"),
+    ("masks", "#masks-pad", "99", "Padding must be a whole number from 0 to 16"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key, field, value, message", BAD_INPUTS)
+def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(page, site_url, expected, key, field,
+                                                                          value, message):  # fmt: skip
+    _open(page, site_url, key)
+    error = {"numbers_to_words": "#numbers-error", "shakespeare_char": "#lm-error", "masks": "#masks-error",
+             "bracket_classifier": "#brackets-error"}[key]  # fmt: skip
+    page.fill(field, value)
+    if key in ("numbers_to_words", "shakespeare_char"):
+        page.click("#numbers-translate" if key == "numbers_to_words" else "#lm-generate")
+    page.wait_for_function("sel => document.querySelector(sel).textContent !== ''", arg=error, timeout=10_000)
+    assert message in page.text_content(error)
+    assert page.get_attribute(error, "role") == "alert"
+    assert not page.console_errors, page.console_errors
+
+
+def test_only_playground_pages_fetch_the_runtime(page, site_url, expected):
+    fetched = []
+    page.on("request", lambda r: fetched.append(r.url))
+    for path in ("book/intro.html", "notebooks/05_masks.html", "book/playground/index.html"):
+        page.goto(f"{site_url}/{path}", wait_until="load")
+        page.wait_for_load_state("networkidle")
+    assert not [u for u in fetched if "/_static/playground/" in u], "a page that is not a playground loaded its files"
+    _open(page, site_url, "bracket_classifier")
+    assert any(u.endswith("vendor/ort-wasm-simd-threaded.wasm") for u in fetched)
+    assert any(u.endswith("models/bracket_classifier.onnx") for u in fetched)
+
+
+def test_playgrounds_work_from_the_keyboard_and_announce_results(page, site_url, expected):
+    _open(page, site_url, "numbers_to_words")
+    for _ in range(80):  # Tab from the top of the page to the number field
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement.id") == "numbers-input":
+            break
+    else:
+        pytest.fail("Tab never reached the number field")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("57913")
+    status = _status_after(page, "numbers-status", lambda: page.keyboard.press("Enter"))
+    assert status == f"57913 in words: {expected['numbers_to_words']['57913']}."
+    assert page.get_attribute("#numbers-status", "aria-live") == "polite"
+    for key in PAGES:
+        _open(page, site_url, key)
+        unlabelled = page.eval_on_selector_all(
+            ".playground input, .playground select, .playground textarea",
+            "els => els.filter(e => !e.labels || e.labels.length === 0).map(e => e.id)",
+        )
+        assert not unlabelled, f"{key}: controls without a label: {unlabelled}"
+
+
+def test_each_page_states_its_model_size(meta):
+    """The pages say 'about N MB' in their text; the built files must be that size (within 10%)."""
+    import re
+
+    for key, name in PAGES.items():
+        text = (SITE / "book" / "playground" / f"{name}.html").read_text()
+        stated = float(re.search(r"about ([\d.]+) MB", text).group(1))
+        actual = meta[key]["bytes"] / 1e6
+        assert abs(stated - actual) <= 0.1 * actual, f"{name}: the page says {stated} MB, the file is {actual:.2f}"
