@@ -90,8 +90,9 @@ def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str,
             if kind == "cite:t":
                 return "; ".join(f"{bib[k][0]} ({bib[k][1]})" for k in keys)
             return "(" + "; ".join(f"{bib[k][0]}, {bib[k][1]}" for k in keys) + ")"
-        if kind == "doc":
-            return target.split("/")[-1].replace("_", " ")
+        if kind == "doc":  # {doc}`name` or {doc}`text <path/name>`: the text, or the page's name
+            link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<path>[^>]+)>", target)
+            return link["text"] if link else target.split("/")[-1].replace("_", " ")
         if kind == "ref":  # {ref}`text <label>`: a link to the anchor the label's line becomes, below
             link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<label>[\w-]+)>", target)
             if link is None:

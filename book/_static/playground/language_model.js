@@ -115,8 +115,9 @@ async function generate(event) {
     const logits = out.logits.data.subarray((T - 1) * V, T * V); // (V,): the last position's
     const d = distribution(logits, s);
     const next = s.temperature === 0 ? argmax(logits) : draw(draws, d.sampling);
-    const candidates = d.order.slice(0, SHOWN_CANDIDATES).map((i) => ({ index: i, token: info.itos[i], p: d.model[i],
-      drawn: d.sampling[i] }));
+    const shownIds = d.order.slice(0, SHOWN_CANDIDATES);
+    if (!shownIds.includes(next)) shownIds.push(next); // a draw from the tail is shown too, as the last row
+    const candidates = shownIds.map((i) => ({ index: i, token: info.itos[i], p: d.model[i], drawn: d.sampling[i] }));
     steps.push({ context: ids.map((i) => info.itos[i]).join(""), chosen: next, candidates });
     ids.push(next);
     $("lm-generated").textContent += info.itos[next];
