@@ -61,6 +61,7 @@ check: $(STAMP)
 
 book: $(STAMP) playground
 	$(BIN)/jupyter-book build .
+	@[ -f $(PLAYGROUND) ] || echo "!!! PLAYGROUND SKIPPED: built without npm, the playground pages will say they cannot start."
 	@echo "The website is in _build/html/index.html"
 
 test: lint unit book-tests notebooks notebooks-portable book-strict browser

@@ -79,3 +79,24 @@ def _first_input(model, tokens):
 def test_first_attention_takes_only_a_language_model():
     with pytest.raises(TypeError, match="takes a DecoderOnlyLM, got EncoderClassifier"):
         first_attention(tl.EncoderClassifier(num_classes=2, **SMALL))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bracket_classifier", "numbers_to_words", "shakespeare_char"])
+def test_shipped_models_in_onnxruntime_give_pytorchs_outputs_at_several_lengths(name, tmp_path):
+    """The playgrounds' models: the shipped checkpoints, exported, against PyTorch on real-sized inputs."""
+    model, _ = tl.load_checkpoint(name)
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / f"{name}.onnx")))
+    reference = with_attention(model)
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    for length in (1, 9, 40 if name != "numbers_to_words" else 12):
+        inputs = (torch.randint(4, vocab, (1, length), generator=g),)  # ids after the four specials
+        if name == "numbers_to_words":
+            inputs = (torch.randint(4, 14, (1, 5), generator=g), torch.randint(4, model.config.tgt_vocab_size,
+                                                                               (1, length), generator=g))  # fmt: skip
+        with torch.no_grad():
+            expected = reference(*inputs)
+        got = session.run(None, {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)})
+        for g_out, e_out in zip(got, expected):  # logits, then the attention weights
+            torch.testing.assert_close(torch.from_numpy(g_out), e_out, atol=1e-5, rtol=1e-5)
