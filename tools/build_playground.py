@@ -37,9 +37,9 @@ RUNTIME = ["ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-thre
 TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expected| <= 1e-5 (1 + |expected|)
 
 NUMBERS = ["4021", "57913", "0", "99999", "700", "12", "80008"]  # the page zero-pads to 5 digits, as the data does
-NUMBERS_MAX_NEW = 16  # the longest answer, 'ninety-nine thousand nine hundred ninety-nine', is 8 words
+NUMBERS_MAX_NEW = 16  # the longest answers, such as 'seventy-seven thousand ...', are 7 word tokens and <eos>
 PROMPTS = [("ROMEO:\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
-BRACKETS = ["([()])[]", "(()", "([)]", "[[]]()", "((((()))))"]
+BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
 
 

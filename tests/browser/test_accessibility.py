@@ -53,6 +53,16 @@ def test_page_has_no_wcag_a_or_aa_violations(page, site_url, path, axe_script):
     assert not violations, f"{path}:\n" + "\n".join(report)
 
 
+@pytest.mark.parametrize("path", [p for p in toc_pages() if p.startswith("book/playground/")])
+def test_playground_has_no_violations_in_the_dark_theme(page, site_url, path, axe_script):
+    """The playgrounds draw with their own colours, so they are checked in the theme's dark mode too."""
+    page.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
+    violations = _violations(page, site_url, path, axe_script)
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+    report = [f"{v['id']} ({v['impact']}): {v['help']}, e.g. {v['nodes'][0]}" for v in violations]
+    assert not violations, f"{path} (dark):\n" + "\n".join(report)
+
+
 def test_axe_finds_a_violation_when_there_is_one(page, site_url, axe_script):
     """The check can fail: an unlabelled range input, as the slider figures had, is reported."""
     page.goto(f"{site_url}/book/intro.html", wait_until="load")

@@ -13,6 +13,8 @@ import json
 
 import pytest
 
+import transformer_lib as tl
+
 from .checks import network_problems
 from .conftest import SITE, _missing
 
@@ -68,8 +70,11 @@ def test_numbers_to_words_writes_pytorchs_greedy_words(page, site_url, expected,
         status = _status_after(page, "numbers-status", lambda: page.press("#numbers-input", "Enter"))
         assert status.startswith(number.zfill(5)), status
         assert page.text_content("#numbers-output") == words, f"{number}: the page wrote a different answer"
-        cells = page.eval_on_selector_all("#numbers-map rect[data-w]", "els => els.length")
-        assert cells == 5 * (len(words.replace("-", "- ").split()) + 1)  # one row per word and one for <eos>
+        cells = page.eval_on_selector_all("#numbers-map rect[data-w]", "els => els.map(e => +e.dataset.w)")
+        assert len(cells) == 5 * (len(words.replace("-", "- ").split()) + 1)  # one row per word and one for <eos>
+        if number == "4021":  # the page's claim on layer 2's mean: "four" looks at the thousands, "twenty-" the tens
+            four, twenty = cells[0:5], cells[10:15]
+            assert four.index(max(four)) == 1 and twenty.index(max(twenty)) == 3, (four, twenty)
     assert not network_problems(page)
 
 
@@ -135,7 +140,7 @@ def test_brackets_probability_equals_pytorchs(page, site_url, expected, meta, re
         shown = float(page.text_content("#brackets-probability"))
         assert abs(shown - p) <= 6e-5, f"{text}: the page says {shown}, PyTorch {p:.6f}"
         outlined = page.eval_on_selector_all("#brackets-map rect.playground-outlined", "els => els.length")
-        if text.count("(") == text.count(")") and "([)]" not in text and "(()" not in text:
+        if tl.is_balanced(text):
             assert outlined == len(text)  # every bracket's partner is outlined
     assert not network_problems(page)
 
@@ -168,12 +173,15 @@ BAD_INPUTS = [
     ("shakespeare_char", "#lm-prompt", "", "The prompt is empty"),
     ("shakespeare_char", "#lm-prompt", "ROMEO€", "never seen “€”"),
     ("shakespeare_char", "#lm-prompt", "To be " * 20, "more than the model's 128 positions"),
+    ("shakespeare_char", "#lm-seed", "", "The seed must be a whole number"),
+    ("shakespeare_char", "#lm-topk", "", "Top-k must be a whole number"),
     ("bracket_classifier", "#brackets-text", "", "The field is empty"),
     ("bracket_classifier", "#brackets-text", "(a)", "“a” is not in its vocabulary"),
     ("bracket_classifier", "#brackets-text", "()" * 40, "more than the model's 64 positions"),
     ("masks", "#masks-text", "", "The text is empty"),
     ("masks", "#masks-text", "to be€", "“€” is not in the model's vocabulary"),
-    ("masks", "#masks-pad", "99", "Padding must be a whole number from 0 to 16"),
+    ("masks", "#masks-pad", "99", "Pad tokens must be a whole number from 0 to 16"),
+    ("masks", "#masks-pad", "", "Pad tokens must be a whole number from 0 to 16"),
 ]  # fmt: skip
 
 
@@ -188,7 +196,10 @@ def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(page, 
         page.click("#numbers-translate" if key == "numbers_to_words" else "#lm-generate")
     page.wait_for_function("sel => document.querySelector(sel).textContent !== ''", arg=error, timeout=10_000)
     assert message in page.text_content(error)
-    assert page.get_attribute(error, "role") == "alert"
+    assert page.get_attribute(error, "role") == "alert" and page.get_attribute(field, "aria-invalid") == "true"
+    answer = {"numbers_to_words": "#numbers-output", "shakespeare_char": "#lm-generated", "masks": "#masks-map",
+              "bracket_classifier": "#brackets-probability"}[key]  # fmt: skip
+    assert page.text_content(answer) == "", "the previous input's answer stayed on the page next to the error"
     assert not page.console_errors, page.console_errors
 
 

@@ -5,14 +5,16 @@
 // P(balanced) is the softmax of the two logits. The page opens on the head that, on held-out
 // strings, puts the most weight on each bracket's partner (tools/build_playground.py measures it).
 
-import { fillSelect, firstAnswer, heatmap, idsTensor, loadModel, rows, shown, softmax } from "./playground.js";
+import {
+  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, softmax,
+} from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 const BOS = 1;
 const OPEN = { ")": "(", "]": "[" };
 
 // The reader's text -> {ids: <bos> and the brackets' ids} or {error: what is wrong}
-export function check(text, info) {
+function check(text, info) {
   if (text === "") return { error: "The field is empty: type brackets such as ([]())." };
   const bad = [...new Set(text)].filter((c) => !"()[]".includes(c)).map((c) => `“${shown(c)}”`);
   if (bad.length) return { error: `The model reads only ( ) [ ]; ${bad.join(", ")} ${bad.length > 1 ? "are" : "is"} not in its vocabulary.` };
@@ -24,7 +26,7 @@ export function check(text, info) {
 }
 
 // The rule itself, and each bracket's partner: text -> {balanced, partner: Map position -> position (1-based, after <bos>)}
-export function partners(text) {
+function partners(text) {
   const stack = [], partner = new Map();
   let balanced = true;
   [...text].forEach((c, k) => {
@@ -44,15 +46,19 @@ let latest = 0;
 async function classify() {
   if (model === null) return;
   const { ort, session, info } = model;
+  const request = ++latest; // taken first, so that a bad input also cancels an answer still on its way
   const text = $("brackets-text").value.replaceAll(" ", "");
   const checked = check(text, info);
-  $("brackets-error").textContent = checked.error ?? "";
-  if (checked.error) return;
-  const request = ++latest, start = performance.now();
-  const out = await session.run({ tokens: idsTensor(ort, checked.ids) });
+  if (showError($("brackets-error"), $("brackets-text"), checked.error)) {
+    clearResult($("brackets-map"), $("brackets-probability"), $("brackets-verdict")); // the previous string's
+    $("brackets-bar").style.width = "0";
+    return;
+  }
+  const start = performance.now();
+  const out = await session.run({ tokens: idsTensor(ort, checked.ids) }); // logits (1, 2), attention (L, h, S, S)
   if (request !== latest) return;
   firstAnswer("bracket_classifier", start);
-  const p = softmax(out.logits.data)[1]; // logits (1, 2) -> P(balanced)
+  const p = softmax(out.logits.data)[1]; // P(balanced)
   const rule = partners(text);
   $("brackets-probability").textContent = p.toFixed(4);
   $("brackets-bar").style.width = `${(100 * p).toFixed(1)}%`;
@@ -67,17 +73,19 @@ async function classify() {
   $("brackets-status").textContent = `${text}: P(balanced) = ${p.toFixed(4)}. ${$("brackets-verdict").textContent}`;
 }
 
+const run = () => guarded($("brackets-status"), classify);
+
 async function main() {
   model = await loadModel("bracket_classifier", $("brackets-status"));
   const { layers, heads, partner } = model.info;
   fillSelect($("brackets-layer"), layers, partner.layer);
   fillSelect($("brackets-head"), heads, partner.head);
   $("brackets-partner").textContent = `layer ${partner.layer + 1}, head ${partner.head + 1}`;
-  $("brackets-text").addEventListener("input", classify);
-  $("brackets-layer").addEventListener("change", classify);
-  $("brackets-head").addEventListener("change", classify);
-  $("brackets-form").addEventListener("submit", (e) => { e.preventDefault(); classify(); });
-  await classify();
+  $("brackets-text").addEventListener("input", run);
+  $("brackets-layer").addEventListener("change", run);
+  $("brackets-head").addEventListener("change", run);
+  $("brackets-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  await run();
 }
 
-main().catch(() => {}); // loadModel has said what went wrong in the page's status line
+main().catch(() => {}); // loadModel has said in the page's status line why the model could not load

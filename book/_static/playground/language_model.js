@@ -7,12 +7,15 @@
 // the top-k likeliest, then the top-p nucleus, renormalise and draw, with a seeded generator so a
 // seed repeats its text.
 
-import { argmax, firstAnswer, idsTensor, loadModel, painted, shown, softmax, unknownCharacters } from "./playground.js";
+import {
+  argmax, firstAnswer, guarded, idsTensor, loadModel, painted, showError, shown, softmax, unknownCharacters,
+} from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 const SHOWN_CANDIDATES = 8;
 
-// A small seeded generator (mulberry32): seed -> a function giving numbers in [0, 1)
+// A small seeded generator (mulberry32): seed -> a function giving numbers in [0, 1). Its numbers are not
+// torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
 function generator(seed) {
   let a = seed >>> 0;
   return () => {
@@ -23,56 +26,70 @@ function generator(seed) {
   };
 }
 
-// The reader's settings -> {prompt, n, temperature, topK, topP, seed} or {error: what is wrong}
-export function settings(info) {
+// A whole-number field -> its value, or null when it is empty or not a whole number at least `min`
+function wholeNumber(id, min) {
+  const text = $(id).value.trim();
+  const n = Number(text);
+  return text !== "" && Number.isInteger(n) && n >= min ? n : null;
+}
+
+// The reader's settings -> {prompt, n, temperature, topK, topP, seed}, or {error: what is wrong, field: where}
+function settings(info) {
   const prompt = $("lm-prompt").value;
-  const n = Number($("lm-length").value), topK = Number($("lm-topk").value), seed = Number($("lm-seed").value);
-  const temperature = Number($("lm-temperature").value), topP = Number($("lm-topp").value);
-  if (prompt === "") return { error: "The prompt is empty: type a few characters for the model to continue." };
+  const n = wholeNumber("lm-length", 1), topK = wholeNumber("lm-topk", 0), seed = wholeNumber("lm-seed", 0);
+  const temperature = Number($("lm-temperature").value), topP = Number($("lm-topp").value); // sliders: always valid
+  if (prompt === "") return { field: "lm-prompt", error: "The prompt is empty: type a few characters for the model to continue." };
   const unknown = unknownCharacters(prompt, info.itos);
   if (unknown.length) {
-    return { error: `The model has never seen ${unknown.join(", ")}: its vocabulary is the characters of the ` +
-      "training plays. Remove or replace them." };
+    return { field: "lm-prompt", error: `The model has never seen ${unknown.join(", ")}: its vocabulary is the ` +
+      "characters of the training plays. Remove or replace them." };
   }
-  if (!Number.isInteger(n) || n < 1) return { error: `Characters to write must be a whole number of at least 1, got “${$("lm-length").value}”.` };
+  if (n === null) return { field: "lm-length", error: `Characters to write must be a whole number of at least 1, got “${$("lm-length").value}”.` };
   if (prompt.length + n > info.max_len) {
-    return { error: `The prompt has ${prompt.length} characters and you asked for ${n} more: ${prompt.length + n}, ` +
-      `more than the model's ${info.max_len} positions. Shorten the prompt or ask for fewer.` };
+    return { field: "lm-prompt", error: `The prompt has ${prompt.length} characters and you asked for ${n} more: ` +
+      `${prompt.length + n}, more than the model's ${info.max_len} positions. Shorten the prompt or ask for fewer.` };
   }
-  if (!Number.isInteger(topK) || topK < 0) return { error: `Top-k must be a whole number, 0 for off, got “${$("lm-topk").value}”.` };
-  if (!Number.isInteger(seed)) return { error: `The seed must be a whole number, got “${$("lm-seed").value}”.` };
+  if (topK === null) return { field: "lm-topk", error: `Top-k must be a whole number, 0 for off, got “${$("lm-topk").value}”.` };
+  if (seed === null) return { field: "lm-seed", error: `The seed must be a whole number from 0 up, got “${$("lm-seed").value}”.` };
   return { prompt, n, temperature, topK, topP, seed };
 }
 
-// The last position's logits (V) and the settings -> {model: the model's own probabilities (temperature 1),
+// The last position's logits (V) and the settings -> {probs: the model's own probabilities (temperature 1),
 // order: the ids likeliest first, sampling: the distribution the next character is drawn from}.
-// As _sample_next in models.py: logits / temperature, keep the top-k (0: all), then the smallest set
-// of likeliest whose probabilities reach top-p (1: all), renormalise. Temperature 0 is greedy.
-export function distribution(logits, { temperature, topK, topP }) {
-  const model = softmax(logits);
-  const order = model.map((_, i) => i).sort((i, j) => model[j] - model[i]); // likeliest first
-  if (temperature === 0) return { model, order, sampling: model.map((_, i) => (i === argmax(logits) ? 1 : 0)) };
-  const scaled = softmax(Array.from(logits, (x) => x / temperature)); // same order as `model`
-  const k = topK === 0 ? order.length : Math.min(topK, order.length);
-  const massK = order.slice(0, k).reduce((sum, i) => sum + scaled[i], 0);
+// As _sample_next in models.py: logits / temperature; keep every logit at least the k-th largest
+// (top-k, 0: all; ties with the k-th are kept, as there); then the smallest set of likeliest whose
+// probabilities, renormalised, reach top-p (1: all; the likeliest is always kept); renormalise.
+// Temperature 0 is greedy.
+function distribution(logits, { temperature, topK, topP }) {
+  const probs = softmax(logits);
+  const order = probs.map((_, i) => i).sort((i, j) => probs[j] - probs[i]); // likeliest first
+  if (temperature === 0) {
+    const best = argmax(logits);
+    return { probs, order, sampling: probs.map((_, i) => (i === best ? 1 : 0)) };
+  }
+  const scaled = softmax(Array.from(logits, (x) => x / temperature)); // same order as `probs`
+  const kth = topK === 0 ? 0 : scaled[order[Math.min(topK, order.length) - 1]];
+  const inTopK = order.filter((i) => scaled[i] >= kth); // likeliest first
+  const massK = inTopK.reduce((sum, i) => sum + scaled[i], 0);
   const kept = new Array(scaled.length).fill(false);
-  let before = 0; // mass of the likelier kept tokens, within the top-k
-  for (const i of order.slice(0, k)) {
-    if (topP >= 1 || before / massK < topP) kept[i] = true; // the likeliest is always kept
+  let before = 0; // mass of the likelier tokens within the top-k
+  for (const i of inTopK) {
+    if (topP >= 1 || before / massK < topP) kept[i] = true;
     before += scaled[i];
   }
   const mass = scaled.reduce((sum, p, i) => sum + (kept[i] ? p : 0), 0);
-  return { model, order, sampling: scaled.map((p, i) => (kept[i] ? p / mass : 0)) };
+  return { probs, order, sampling: scaled.map((p, i) => (kept[i] ? p / mass : 0)) };
 }
 
-function draw(draws, sampling) {
-  const u = draws();
+// Draw an id from `sampling` (probabilities summing to 1) with `random`, a function giving numbers in [0, 1)
+function sample(random, sampling) {
+  const u = random();
   let total = 0;
   for (let i = 0; i < sampling.length; i++) {
     total += sampling[i];
     if (u < total) return i;
   }
-  return sampling.findLastIndex((p) => p > 0);
+  return sampling.findLastIndex((p) => p > 0); // u beyond the sum's rounding: the last possible id
 }
 
 let model = null;
@@ -93,19 +110,18 @@ function showStep(k) {
   }));
 }
 
-async function generate(event) {
-  event?.preventDefault();
-  if (model === null || running) return;
+async function generate() {
   const { ort, session, info } = model;
   const s = settings(info);
-  $("lm-error").textContent = s.error ?? "";
-  if (s.error) return;
+  for (const id of ["lm-prompt", "lm-length", "lm-topk", "lm-seed"]) $(id).setAttribute("aria-invalid", String(s.field === id));
+  if (showError($("lm-error"), $(s.field ?? "lm-prompt"), s.error)) {
+    $("lm-generated").textContent = ""; // the text shown belonged to the previous prompt
+    $("lm-prompt-echo").textContent = "";
+    return;
+  }
   const start = performance.now();
-  running = true;
-  $("lm-generate").disabled = true;
-  $("lm-stop").disabled = false;
   const ids = [...s.prompt].map((c) => info.itos.indexOf(c)); // (T,) character ids
-  const draws = generator(s.seed);
+  const random = generator(s.seed);
   steps = [];
   $("lm-prompt-echo").textContent = s.prompt;
   $("lm-generated").textContent = "";
@@ -114,10 +130,10 @@ async function generate(event) {
     const [, T, V] = out.logits.dims; // logits (1, T, V)
     const logits = out.logits.data.subarray((T - 1) * V, T * V); // (V,): the last position's
     const d = distribution(logits, s);
-    const next = s.temperature === 0 ? argmax(logits) : draw(draws, d.sampling);
+    const next = sample(random, d.sampling); // at temperature 0, sampling is 1 at the argmax
     const shownIds = d.order.slice(0, SHOWN_CANDIDATES);
     if (!shownIds.includes(next)) shownIds.push(next); // a draw from the tail is shown too, as the last row
-    const candidates = shownIds.map((i) => ({ index: i, token: info.itos[i], p: d.model[i], drawn: d.sampling[i] }));
+    const candidates = shownIds.map((i) => ({ index: i, token: info.itos[i], p: d.probs[i], drawn: d.sampling[i] }));
     steps.push({ context: ids.map((i) => info.itos[i]).join(""), chosen: next, candidates });
     ids.push(next);
     $("lm-generated").textContent += info.itos[next];
@@ -128,10 +144,16 @@ async function generate(event) {
   }
   firstAnswer("shakespeare_char", start);
   $("lm-step").disabled = false;
-  $("lm-generate").disabled = false;
-  $("lm-stop").disabled = true;
   $("lm-status").textContent = `${running ? "Done" : "Stopped"}: ${steps.length} characters written ` +
-    `(temperature ${s.temperature}${s.topK ? `, top-k ${s.topK}` : ""}${s.topP < 1 ? `, top-p ${s.topP}` : ""}).`;
+    `(temperature ${s.temperature}${s.topK ? `, top-k ${s.topK}` : ""}${s.topP < 1 ? `, top-p ${s.topP}` : ""}): ` +
+    $("lm-generated").textContent;
+}
+
+async function onSubmit(event) {
+  event?.preventDefault();
+  if (model === null || running) return; // the buttons stay enabled, so focus stays where the reader left it
+  running = true;
+  await guarded($("lm-status"), generate);
   running = false;
 }
 
@@ -143,10 +165,9 @@ async function main() {
     show();
   }
   $("lm-step").addEventListener("input", () => showStep(Number($("lm-step").value) - 1));
-  $("lm-form").addEventListener("submit", generate);
+  $("lm-form").addEventListener("submit", onSubmit);
   $("lm-stop").addEventListener("click", () => { running = false; });
-  $("lm-generate").disabled = false;
-  await generate(); // one sample with the page's settings, so the page opens with an answer
+  await onSubmit(); // one sample with the page's settings, so the page opens with an answer
 }
 
-main().catch(() => {}); // loadModel has said what went wrong in the page's status line
+main().catch(() => {}); // loadModel has said in the page's status line why the model could not load

@@ -7,24 +7,29 @@
 // it. A query row with nothing left to see gets all-zero weights, not NaN: the library's softmax
 // zeroes fully masked rows, and the exported file keeps that.
 
-import { fillSelect, firstAnswer, heatmap, idsTensor, loadModel, rows, shown, unknownCharacters } from "./playground.js";
+import {
+  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, unknownCharacters,
+} from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 const PAD = 0; // <pad>'s id
 const MAX_PAD = 16;
 
-// The reader's controls -> {ids, isPad, padding, causal} or {error: what is wrong}
-export function settings(info) {
-  const text = $("masks-text").value, pads = Number($("masks-pad").value);
-  if (text === "") return { error: "The text is empty: type a few characters, for example “to be”." };
+// The reader's controls -> {ids, isPad, padding, causal}, or {error: what is wrong, field: where}
+function settings(info) {
+  const text = $("masks-text").value, padText = $("masks-pad").value.trim(), pads = Number(padText);
+  if (text === "") return { field: "masks-text", error: "The text is empty: type a few characters, for example “to be”." };
   const unknown = unknownCharacters(text, info.itos);
-  if (unknown.length) return { error: `${unknown.join(", ")} ${unknown.length > 1 ? "are" : "is"} not in the model's vocabulary (the characters of the training plays).` };
-  if (!Number.isInteger(pads) || pads < 0 || pads > MAX_PAD) {
-    return { error: `Padding must be a whole number from 0 to ${MAX_PAD}, got “${$("masks-pad").value}”.` };
+  if (unknown.length) {
+    return { field: "masks-text", error: `${unknown.join(", ")} ${unknown.length > 1 ? "are" : "is"} not in the ` +
+      "model's vocabulary (the characters of the training plays)." };
+  }
+  if (padText === "" || !Number.isInteger(pads) || pads < 0 || pads > MAX_PAD) {
+    return { field: "masks-pad", error: `Pad tokens must be a whole number from 0 to ${MAX_PAD}, got “${padText}”.` };
   }
   if (text.length + pads > info.max_len) {
-    return { error: `${text.length} characters and ${pads} pads make ${text.length + pads} tokens, more than the ` +
-      `model's ${info.max_len} positions.` };
+    return { field: "masks-text", error: `${text.length} characters and ${pads} pads make ${text.length + pads} ` +
+      `tokens, more than the model's ${info.max_len} positions.` };
   }
   const ids = [...text].map((c) => info.itos.indexOf(c));
   const padding = new Array(pads).fill(PAD);
@@ -33,7 +38,7 @@ export function settings(info) {
 }
 
 // (T,) pad flags and the switches -> the mask (T, T) as rows of booleans: query i may see key j
-export function buildMask(isPad, padding, causal) {
+function buildMask(isPad, padding, causal) {
   return isPad.map((_, i) => isPad.map((keyIsPad, j) => !(padding && keyIsPad) && !(causal && j > i)));
 }
 
@@ -43,14 +48,18 @@ let latest = 0; // the newest request: an answer that arrives after a newer requ
 async function recompute() {
   if (model === null) return;
   const { ort, session, info } = model;
+  const request = ++latest; // taken first, so that a bad input also cancels an answer still on its way
   const s = settings(info);
-  $("masks-error").textContent = s.error ?? "";
-  if (s.error) return;
-  const request = ++latest, start = performance.now();
+  $("masks-text").setAttribute("aria-invalid", String(s.field === "masks-text"));
+  if (showError($("masks-error"), $(s.field ?? "masks-pad"), s.error)) {
+    clearResult($("masks-map"), $("masks-summary")); // they belonged to the previous input
+    return;
+  }
+  const start = performance.now();
   const T = s.ids.length;
   const mask = buildMask(s.isPad, s.padding, s.causal); // (T, T)
   const out = await session.run({ tokens: idsTensor(ort, s.ids),
-    mask: new ort.Tensor("bool", Uint8Array.from(mask.flat(), Number), [T, T]) });
+    mask: new ort.Tensor("bool", Uint8Array.from(mask.flat(), Number), [T, T]) }); // attention (h, T, T)
   if (request !== latest) return;
   firstAnswer("masks", start);
   const head = Number($("masks-head").value);
@@ -60,25 +69,26 @@ async function recompute() {
     label: `Attention weights of head ${head + 1} in the first layer, ${T} tokens: queries (rows) against keys ` +
       "(columns); masked cells are hatched", rowTitle: "query", colTitle: "key",
     masked: (r, c) => !mask[r][c] });
-  const empty = mask.map((row, r) => (row.some(Boolean) ? null : r + 1)).filter((r) => r !== null);
-  const values = Array.from(out.attention.data);
-  const nan = values.some(Number.isNaN);
+  const empty = mask.map((row, r) => (row.some(Boolean) ? null : r + 1)).filter((r) => r !== null); // 1-based rows
+  const nan = out.attention.data.some(Number.isNaN); // over every head
   const emptyRowsAreZero = empty.every((r) => weights[r - 1].every((w) => w === 0));
   $("masks-summary").textContent = (empty.length
     ? `Fully masked rows: ${empty.join(", ")}. Their weights are ${emptyRowsAreZero ? "all 0" : "NOT all 0"}, ` : "No row is fully masked, ") +
     `and ${nan ? "some weights are NaN" : "no weight is NaN"}.`;
   $("masks-status").textContent = `Attention recomputed for ${T} tokens (padding mask ${s.padding ? "on" : "off"}, ` +
-    `causal mask ${s.causal ? "on" : "off"}). ${empty.length ? `${empty.length} fully masked: ${emptyRowsAreZero ? "all zeros" : "NOT all zeros"}.` : "No row is fully masked."}`;
+    `causal mask ${s.causal ? "on" : "off"}). ${$("masks-summary").textContent}`;
 }
+
+const run = () => guarded($("masks-status"), recompute);
 
 async function main() {
   model = await loadModel("masks", $("masks-status"));
   fillSelect($("masks-head"), model.info.heads, 0);
   for (const id of ["masks-text", "masks-pad", "masks-side", "masks-padding", "masks-causal", "masks-head"]) {
-    $(id).addEventListener(id === "masks-text" || id === "masks-pad" ? "input" : "change", recompute);
+    $(id).addEventListener(id === "masks-text" || id === "masks-pad" ? "input" : "change", run);
   }
-  $("masks-form").addEventListener("submit", (e) => { e.preventDefault(); recompute(); });
-  await recompute();
+  $("masks-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  await run();
 }
 
-main().catch(() => {}); // loadModel has said what went wrong in the page's status line
+main().catch(() => {}); // loadModel has said in the page's status line why the model could not load

@@ -5,25 +5,28 @@
 // Greedy decoding runs here as in Transformer.greedy_decode: start from <bos>, append the likeliest
 // word, stop at <eos>. The ONNX file has no cache, so each step runs the whole decoder again.
 
-import { argmax, fillSelect, firstAnswer, heatmap, idsTensor, loadModel, meanRows, painted, rows } from "./playground.js";
+import {
+  argmax, clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, meanRows, painted, rows,
+  shown, showError,
+} from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 const BOS = 1, EOS = 2, SPECIALS = 4; // the ids of data.SPECIALS: <pad> <bos> <eos> <unk>
 const PLACES = ["ten thousands", "thousands", "hundreds", "tens", "ones"];
 
 // The reader's text -> {digits: the 5 characters the encoder reads} or {error: what is wrong, in words}
-export function check(text, info) {
+function check(text, info) {
   const t = text.trim().replaceAll(",", ""); // "4,021" is 4021
-  if (t === "") return { error: "The field is empty: type a whole number from 0 to 99,999." };
-  if (/^-\d+$/.test(t)) return { error: `${text.trim()} is out of range: the model knows numbers from 0 to 99,999.` };
-  const bad = [...new Set(t.replace(/[0-9]/g, ""))].map((c) => `“${c}”`);
+  const range = `the model knows whole numbers from 0 to ${info.max_number.toLocaleString("en")}`;
+  if (t === "") return { error: `The field is empty: ${range}.` };
+  if (/^-\d+$/.test(t)) return { error: `${t} is out of range: ${range}.` };
+  const bad = [...new Set(t.replace(/[0-9]/g, ""))].map((c) => `“${shown(c)}”`);
   if (bad.length) {
     return { error: `The model reads only the digits 0 to 9; ${bad.join(", ")} ${bad.length > 1 ? "are" : "is"} not ` +
       "in its vocabulary." };
   }
-  const n = Number(t);
-  if (n > info.max_number) return { error: `${text.trim()} is out of range: the model knows numbers from 0 to 99,999.` };
-  return { digits: String(n).padStart(info.width, "0") };
+  if (Number(t) > info.max_number) return { error: `${t} is out of range: ${range}.` };
+  return { digits: String(Number(t)).padStart(info.width, "0") };
 }
 
 // Word tokens -> text as WordTokenizer.join writes it: spaces between words, none after a hyphen
@@ -32,18 +35,17 @@ function join(words) {
 }
 
 let model = null; // {ort, session, info}
+let busy = false; // a translation is running: another press waits for it to finish
 let answer = null; // the latest: {digits, words (predicted tokens, <eos> included), attention (L, h, T, S)}
 
 function drawMap() {
   if (answer === null) return;
   const layer = Number($("numbers-layer").value), head = $("numbers-head").value;
-  const L = answer.attention.dims[0], h = answer.attention.dims[1];
+  const [L, h] = answer.attention.dims;
   const maps = head === "mean" ? Array.from({ length: h }, (_, k) => rows(answer.attention, layer, k))
     : [rows(answer.attention, layer, Number(head))]; // each (T, S)
-  const T = answer.words.length;
-  const weights = meanRows(maps).slice(0, T);
   const which = head === "mean" ? "the mean of its heads" : `head ${Number(head) + 1}`;
-  heatmap($("numbers-map"), weights, answer.words, answer.digits.split(""), {
+  heatmap($("numbers-map"), meanRows(maps), answer.words, [...answer.digits], {
     label: `Cross-attention of layer ${layer + 1} of ${L}, ${which}: each word written (rows) against the five ` +
       `digits of ${answer.digits} (columns)`, rowTitle: "writing", colTitle: "digit" });
 }
@@ -62,25 +64,26 @@ function drawSource(digits, ids) {
   table.hidden = false;
 }
 
-async function translate(event) {
-  event?.preventDefault();
-  if (model === null) return;
+async function translate() {
   const { ort, session, info } = model;
   const checked = check($("numbers-input").value, info);
-  $("numbers-error").textContent = checked.error ?? "";
-  if (checked.error) return;
+  if (showError($("numbers-error"), $("numbers-input"), checked.error)) {
+    answer = null; // the map and the words shown belonged to the previous number
+    clearResult($("numbers-map"), $("numbers-output"));
+    $("numbers-source").hidden = true;
+    return;
+  }
   const start = performance.now();
   const src = [...checked.digits].map((c) => info.src_itos.indexOf(c)); // (S,) digit ids
   drawSource(checked.digits, src);
   const tgt = [BOS]; // (T,) word ids so far
-  const words = [];
+  const words = []; // what each step predicted, for the map's rows
   $("numbers-output").textContent = "";
-  $("numbers-translate").disabled = true;
   for (let step = 0; step < info.max_new_tokens; step++) {
     const out = await session.run({ src: idsTensor(ort, src), tgt: idsTensor(ort, tgt) });
     const [, T, V] = out.logits.dims; // logits (1, T, V)
     const next = argmax(out.logits.data.subarray((T - 1) * V, T * V)); // the last position's likeliest word
-    words.push(next === EOS ? "·eos·" : info.tgt_itos[next]);
+    words.push(shown(info.tgt_itos[next]));
     answer = { digits: checked.digits, words, attention: out.cross_attention }; // (L, h, T, S)
     drawMap(); // one row more than the step before
     if (next === EOS) break;
@@ -89,9 +92,16 @@ async function translate(event) {
     await painted();
   }
   firstAnswer("numbers_to_words", start);
-  $("numbers-translate").disabled = false;
   const text = $("numbers-output").textContent;
   $("numbers-status").textContent = `${checked.digits} in words: ${text || "(nothing: the model wrote <eos> first)"}.`;
+}
+
+async function onSubmit(event) {
+  event?.preventDefault();
+  if (model === null || busy) return;
+  busy = true;
+  await guarded($("numbers-status"), translate);
+  busy = false;
 }
 
 async function main() {
@@ -101,9 +111,8 @@ async function main() {
   $("numbers-head").value = "mean";
   $("numbers-layer").addEventListener("change", drawMap);
   $("numbers-head").addEventListener("change", drawMap);
-  $("numbers-form").addEventListener("submit", translate);
-  $("numbers-translate").disabled = false;
-  await translate();
+  $("numbers-form").addEventListener("submit", onSubmit);
+  await onSubmit();
 }
 
-main().catch(() => {}); // loadModel has said what went wrong in the page's status line
+main().catch(() => {}); // loadModel has said in the page's status line why the model could not load

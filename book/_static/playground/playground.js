@@ -27,7 +27,7 @@ let meta = null;
 // models/meta.json: each model's file, size, vocabulary and lengths
 export function loadMeta() {
   meta ??= fetch(new URL("models/meta.json", HERE)).then((r) => {
-    if (!r.ok) throw new Error("the playground's model files are not part of this build");
+    if (!r.ok) throw new Error(`models/meta.json answered ${r.status}`);
     return r.json();
   });
   return meta;
@@ -38,10 +38,13 @@ export const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
 // Start the runtime and one model, saying so in `status`: -> {ort, session, info}
 export async function loadModel(key, status) {
   const start = performance.now();
-  let info;
+  let built = true; // false when the site has no playground files: built without npm
   try {
-    const all = await loadMeta();
-    info = all[key];
+    const all = await loadMeta().catch((err) => {
+      built = false;
+      throw err;
+    });
+    const info = all[key];
     status.textContent = `Loading the model (${megabytes(info.bytes)}) and the runtime ` +
       `(${megabytes(all.runtime_bytes)}, once per visit) into this page…`;
     const ort = await loadRuntime();
@@ -52,9 +55,26 @@ export async function loadModel(key, status) {
       "It runs here, in your browser.";
     return { ort, session, info };
   } catch (err) {
-    status.textContent = "This playground could not start: " + err.message + ". The website was probably " +
-      "built without node and npm (`npm ci`, then `make book`), which the playgrounds need.";
+    status.textContent = `This playground could not start (${err.message}).` + (built ? "" : " The website was " +
+      "built without its playground files, which need node and npm: `npm ci`, then `make book`.");
     throw err;
+  }
+}
+
+// Show `message` (or clear it when null) in the page's error paragraph, and mark `field` invalid for
+// assistive technology; returns true when there was an error.
+export function showError(errorElement, field, message) {
+  errorElement.textContent = message ?? "";
+  field.setAttribute("aria-invalid", message ? "true" : "false");
+  return Boolean(message);
+}
+
+// Run `work` (an async function); if it throws, say so in `status` instead of the console.
+export async function guarded(status, work) {
+  try {
+    await work();
+  } catch (err) {
+    status.textContent = `Something went wrong while the model ran: ${err.message}. Reload the page to start again.`;
   }
 }
 
@@ -140,6 +160,7 @@ export function heatmap(container, weights, rowLabels, colLabels, options = {}) 
     const x = left + c * cell + cell / 2, y = top - 6;
     svg.append(svgNode("text", { x, y, transform: `rotate(-60 ${x} ${y})`, class: "playground-label" }, label));
   });
+  const outlines = []; // (x, y) of the cells to outline, drawn last so that no cell covers them
   weights.forEach((row, r) => {
     svg.append(svgNode("text", { x: left - 6, y: top + r * cell + cell / 2 + 4, "text-anchor": "end",
       class: "playground-label" }, rowLabels[r]));
@@ -147,13 +168,22 @@ export function heatmap(container, weights, rowLabels, colLabels, options = {}) 
       const masked = options.masked?.(r, c) ?? false;
       const rect = svgNode("rect", { x: left + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
         fill: masked ? `url(#${container.id}-hatch)` : shade(w), "data-w": String(w), "data-row": r, "data-col": c });
-      if (options.outlined?.(r, c)) rect.setAttribute("class", "playground-outlined");
+      if (options.outlined?.(r, c)) outlines.push([left + c * cell, top + r * cell]);
       rect.append(svgNode("title", {}, `${options.rowTitle ?? "row"} ${rowLabels[r]} → ${options.colTitle ?? "column"} ` +
         `${colLabels[c]}: ${masked ? "masked, " : ""}${Number(w).toFixed(3)}`));
       svg.append(rect);
     });
   });
+  for (const [x, y] of outlines) { // a dark and a white line: one of them stands out on any shade
+    svg.append(svgNode("rect", { x: x + 1, y: y + 1, width: cell - 3, height: cell - 3, class: "playground-outlined" }),
+      svgNode("rect", { x: x + 2.5, y: y + 2.5, width: cell - 6, height: cell - 6, class: "playground-outlined-inner" }));
+  }
   container.replaceChildren(svg);
+}
+
+// Empty a result area whose answer no longer matches the input (after an error in the input)
+export function clearResult(...elements) {
+  for (const e of elements) e.replaceChildren();
 }
 
 // A weight in [0, 1] -> a colour from near-white (0) to dark blue (1)
