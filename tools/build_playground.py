@@ -9,7 +9,8 @@ the pages' own JavaScript):
     models/*.onnx   the numbers-to-words translator, the Shakespeare character model, its first
                     attention layer with the mask as an input (the masks playground), the bracket classifier
     models/meta.json    vocabularies, lengths, file sizes and the bracket head that tracks partners
-    expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for
+    expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
+                    words and text, one step's sampling distribution, P(balanced), masked weights
 
 Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out. The
 models come from the shipped checkpoints, so the files are build outputs and stay out of git.
@@ -30,6 +31,7 @@ import torch
 import transformer_lib as tl
 from transformer_lib import checkpoints
 from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
+from transformer_lib.models import nucleus
 
 ROOT = Path(__file__).resolve().parents[1]
 ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
@@ -39,6 +41,7 @@ TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expecte
 NUMBERS = ["4021", "57913", "0", "99999", "700", "12", "80008"]  # the page zero-pads to 5 digits, as the data does
 NUMBERS_MAX_NEW = 16  # the longest answers, such as 'seventy-seven thousand ...', are 7 word tokens and <eos>
 PROMPTS = [("ROMEO:\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
+SAMPLING = {"prompt": "ROMEO:\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
 BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
 
@@ -88,6 +91,18 @@ def _greedy_with_margin(model, prompt: torch.Tensor, n: int) -> tuple[torch.Tens
     return out, float((top2[:, 0] - top2[:, 1]).min())
 
 
+def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first new token's probabilities: (the model's, at temperature 1; those models._sample_next draws from
+    with SAMPLING's temperature, top-k and top-p), each (V,). The same steps as _sample_next, which draws at once."""
+    with torch.no_grad():
+        logits = model(prompt)[0, -1]  # (V,)
+    scaled = logits / SAMPLING["temperature"]
+    kth = scaled.topk(SAMPLING["top_k"]).values[-1]
+    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    scaled = scaled.masked_fill(~nucleus(scaled, SAMPLING["top_p"]), float("-inf"))
+    return logits.softmax(-1), scaled.softmax(-1)
+
+
 def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     model, _ = tl.load_checkpoint("shakespeare_char")
     tok = checkpoints.shakespeare_data("char")[0]
@@ -100,6 +115,10 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     gap = _export(model, models / "shakespeare_char.onnx", (out,))
     cfg = model.config
     meta = {"itos": tok.itos, "max_len": cfg.max_len, "layers": cfg.num_layers, "heads": cfg.num_heads, "gap": gap}
+    probs, drawn = _sampling_distribution(model, torch.tensor([tok.encode(SAMPLING["prompt"])]))
+    top = probs.argsort(descending=True)[:8].tolist()  # the page's table: the eight likeliest, likeliest first
+    sampling = {**SAMPLING, "tokens": [tok.itos[i] for i in top], "probs": probs[top].tolist(),
+                "drawn": drawn[top].tolist()}  # fmt: skip
 
     # the masks playground: the same model's first attention layer, with the reader's mask
     ids = tok.encode(MASKS["text"])
@@ -116,7 +135,7 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
         weights = first_attention(model)(tokens, mask)  # (h, T, T)
     masks_gap = _check(path.stem, ort.InferenceSession(str(path)), (tokens, mask), (weights,))
     masks_meta = {"itos": tok.itos, "max_len": cfg.max_len, "heads": cfg.num_heads, "gap": masks_gap}
-    return meta, {"greedy": answers}, masks_meta, {**MASKS, "weights": weights.tolist()}
+    return meta, {"greedy": answers, "sampling": sampling}, masks_meta, {**MASKS, "weights": weights.tolist()}
 
 
 def partner_head(model, tok) -> tuple[int, int, float]:

@@ -109,6 +109,25 @@ def test_language_model_at_temperature_0_writes_pytorchs_greedy_text(page, site_
     assert not network_problems(page)
 
 
+def test_language_model_samples_from_pytorchs_distribution_after_temperature_top_k_and_top_p(page, site_url, expected):
+    """One step at temperature 0.8, top-k 5, top-p 0.6: the table's two columns are models._sample_next's numbers."""
+    _open(page, site_url, "shakespeare_char")
+    case = expected["shakespeare_char"]["sampling"]
+    page.fill("#lm-prompt", case["prompt"])
+    page.fill("#lm-length", "1")
+    page.fill("#lm-topk", str(case["top_k"]))
+    _set_range(page, "#lm-temperature", case["temperature"])
+    _set_range(page, "#lm-topp", case["top_p"])
+    _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
+    table = page.eval_on_selector_all("#lm-candidates tbody tr",
+                                      "rows => rows.map(r => [...r.cells].map(c => c.textContent))")  # fmt: skip
+    shown = {"\n": "↵", " ": "␣"}
+    assert [row[0] for row in table[:8]] == [shown.get(t, t) for t in case["tokens"]]
+    for row, p, drawn in zip(table, case["probs"], case["drawn"]):
+        assert abs(float(row[1]) - p) <= 6e-4 and abs(float(row[2]) - drawn) <= 6e-4, (row, p, drawn)
+    assert sum(d > 0 for d in case["drawn"]) < case["top_k"]  # top-p cut inside the top-k: both filters were used
+
+
 def test_language_model_samples_repeat_with_their_seed_and_top_k_1_is_greedy(page, site_url, expected):
     _open(page, site_url, "shakespeare_char")
     greedy = expected["shakespeare_char"]["greedy"][0]
@@ -155,6 +174,8 @@ def test_masks_give_pytorchs_weights_and_zeros_for_a_fully_masked_row(page, site
     assert len(weights) == len(head0) ** 2
     assert max(abs(w - head0[r][c]) for r, c, w in weights) < 1e-5
     assert all(w == 0 for r, c, w in weights if r < case["pad"])  # the two left pads' rows: all zeros, no NaN
+    table = page.eval_on_selector_all("#masks-map details tbody tr", "rows => rows.map(r => r.cells[3].textContent)")
+    assert table == ["masked", "masked", f"{head0[2][2]:.2f}", *[f"{head0[r][2]:.2f}" for r in range(3, 7)]]
     summary = page.text_content("#masks-summary")
     assert "Fully masked rows: 1, 2. Their weights are all 0, and no weight is NaN" in summary
     status = _status_after(page, "masks-status", lambda: page.select_option("#masks-side", "right"))

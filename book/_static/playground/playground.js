@@ -178,7 +178,29 @@ export function heatmap(container, weights, rowLabels, colLabels, options = {}) 
     svg.append(svgNode("rect", { x: x + 1, y: y + 1, width: cell - 3, height: cell - 3, class: "playground-outlined" }),
       svgNode("rect", { x: x + 2.5, y: y + 2.5, width: cell - 6, height: cell - 6, class: "playground-outlined-inner" }));
   }
-  container.replaceChildren(svg);
+  container.replaceChildren(svg, weightsTable(weights, rowLabels, colLabels, options));
+}
+
+// The heatmap's numbers as a table, folded under the picture: for a keyboard or a screen reader,
+// which cannot reach the cells' tooltips, and for a reader who wants the values
+function weightsTable(weights, rowLabels, colLabels, options) {
+  const cell = (tag, text, scope) => Object.assign(document.createElement(tag), { textContent: text, ...(scope && { scope }) });
+  const head = document.createElement("tr");
+  head.append(cell("th", `${options.rowTitle ?? "row"} \\ ${options.colTitle ?? "column"}`, "col"),
+    ...colLabels.map((label) => cell("th", label, "col")));
+  const body = weights.map((row, r) => {
+    const tr = document.createElement("tr");
+    tr.append(cell("th", rowLabels[r], "row"),
+      ...Array.from(row, (w, c) => cell("td", options.masked?.(r, c) ? "masked" : Number(w).toFixed(2))));
+    return tr;
+  });
+  const table = document.createElement("table");
+  table.className = "playground-weights";
+  table.createTHead().append(head);
+  table.createTBody().append(...body);
+  const details = document.createElement("details");
+  details.append(cell("summary", "The same weights as a table"), table);
+  return details;
 }
 
 // Empty a result area whose answer no longer matches the input (after an error in the input)
