@@ -176,7 +176,7 @@ def test_masks_give_pytorchs_weights_and_zeros_for_a_fully_masked_row(page, site
     assert all(w == 0 for r, c, w in weights if r < case["pad"])  # the two left pads' rows: all zeros, no NaN
     table = page.eval_on_selector_all("#masks-map details tbody tr", "rows => rows.map(r => r.cells[3].textContent)")
     assert table == ["masked", "masked", f"{head0[2][2]:.2f}", *[f"{head0[r][2]:.2f}" for r in range(3, 7)]]
-    summary = page.text_content("#masks-summary")
+    summary = page.text_content("#masks-status")
     assert "Fully masked rows: 1, 2. Their weights are all 0, and no weight is NaN" in summary
     status = _status_after(page, "masks-status", lambda: page.select_option("#masks-side", "right"))
     assert "No row is fully masked" in status

@@ -52,7 +52,7 @@ async function recompute() {
   const s = settings(info);
   $("masks-text").setAttribute("aria-invalid", String(s.field === "masks-text"));
   if (showError($("masks-error"), $(s.field ?? "masks-pad"), s.error)) {
-    clearResult($("masks-map"), $("masks-summary")); // they belonged to the previous input
+    clearResult($("masks-map")); // it belonged to the previous input
     return;
   }
   const start = performance.now();
@@ -72,11 +72,11 @@ async function recompute() {
   const empty = mask.map((row, r) => (row.some(Boolean) ? null : r + 1)).filter((r) => r !== null); // 1-based rows
   const nan = out.attention.data.some(Number.isNaN); // over every head
   const emptyRowsAreZero = empty.every((r) => weights[r - 1].every((w) => w === 0));
-  $("masks-summary").textContent = (empty.length
-    ? `Fully masked rows: ${empty.join(", ")}. Their weights are ${emptyRowsAreZero ? "all 0" : "NOT all 0"}, ` : "No row is fully masked, ") +
-    `and ${nan ? "some weights are NaN" : "no weight is NaN"}.`;
+  const rowsSaid = empty.length
+    ? `Fully masked rows: ${empty.join(", ")}. Their weights are ${emptyRowsAreZero ? "all 0" : "NOT all 0"}, `
+    : "No row is fully masked, ";
   $("masks-status").textContent = `Attention recomputed for ${T} tokens (padding mask ${s.padding ? "on" : "off"}, ` +
-    `causal mask ${s.causal ? "on" : "off"}). ${$("masks-summary").textContent}`;
+    `causal mask ${s.causal ? "on" : "off"}). ${rowsSaid}and ${nan ? "some weights are NaN" : "no weight is NaN"}.`;
 }
 
 const run = () => guarded($("masks-status"), recompute);
