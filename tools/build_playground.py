@@ -127,7 +127,7 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     T = tokens.shape[1]
     mask = torch.ones(T, T, dtype=torch.bool)
     if MASKS["padding_mask"]:
-        mask &= (tokens[0] != tok.pad_id)[None, :]  # no query looks at a <pad> key
+        mask &= tl.padding_mask(tokens, tok.pad_id)[0, 0]  # (1, T): no query looks at a <pad> key
     if MASKS["causal"]:
         mask &= tl.causal_mask(T)
     path = export_first_attention(model, models / "shakespeare_char_layer1.onnx")

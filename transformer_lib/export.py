@@ -89,19 +89,24 @@ def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor,
     for name, tensor in zip(inputs, example):
         if tensor.dim() != 2 or tensor.shape[0] != 1:
             raise ValueError(f"{name} must be a (1, length) tensor of token ids, got shape {tuple(tensor.shape)}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     kept = [m.keep_weights for m in watched]
     try:
-        wrapped = with_attention(model.cpu())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # about the Python-side input checks it bakes in
-            warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, chosen on purpose (below)
-            torch.onnx.export(wrapped, example, str(path), input_names=inputs, output_names=outputs,
-                              dynamic_axes=dynamic, opset_version=17, dynamo=False)  # fmt: skip
+        return _trace(with_attention(model.cpu()), example, path, inputs, outputs, dynamic)
     finally:
         for m, k in zip(watched, kept):
             m.keep_weights, m.last_weights = k, None
+
+
+def _trace(module: nn.Module, example: tuple, path: str | Path, inputs: list[str], outputs: list[str],
+           dynamic: dict) -> Path:  # fmt: skip
+    """torch.onnx.export with the settings every file here shares: opset 17, the TorchScript exporter."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # about the Python-side input checks it bakes in
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy TorchScript exporter, on purpose
+        torch.onnx.export(module, example, str(path), input_names=inputs, output_names=outputs,
+                          dynamic_axes=dynamic, opset_version=17, dynamo=False)  # fmt: skip
     return path
 
 
@@ -133,14 +138,6 @@ def first_attention(model: DecoderOnlyLM) -> nn.Module:
 
 def export_first_attention(model: DecoderOnlyLM, path: str | Path) -> Path:
     """Write `first_attention(model)` (on the CPU) to `path` as ONNX with a dynamic length T; return the path."""
-    probe = first_attention(model.cpu())
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     example = (torch.arange(1, 6)[None], torch.ones(5, 5, dtype=torch.bool).tril())  # (1, 5) ids, (5, 5) mask
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(probe, example, str(path), input_names=["tokens", "mask"], output_names=["attention"],
-                          dynamic_axes={"tokens": {1: "T"}, "mask": {0: "T", 1: "T"}, "attention": {1: "T", 2: "T"}},
-                          opset_version=17, dynamo=False)  # fmt: skip
-    return path
+    dynamic = {"tokens": {1: "T"}, "mask": {0: "T", 1: "T"}, "attention": {1: "T", 2: "T"}}
+    return _trace(first_attention(model.cpu()), example, path, ["tokens", "mask"], ["attention"], dynamic)

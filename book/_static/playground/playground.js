@@ -9,7 +9,7 @@
 const HERE = new URL("./", import.meta.url);
 
 // Load times and first-answer times, by model, for the browser tests to report.
-export const timings = (window.playgroundTimings ??= {});
+const timings = (window.playgroundTimings ??= {});
 
 let runtime = null; // the Promise of the ort module: one per page, made on first use
 
@@ -25,7 +25,7 @@ function loadRuntime() {
 let meta = null;
 
 // models/meta.json: each model's file, size, vocabulary and lengths
-export function loadMeta() {
+function loadMeta() {
   meta ??= fetch(new URL("models/meta.json", HERE)).then((r) => {
     if (!r.ok) throw new Error(`models/meta.json answered ${r.status}`);
     return r.json();
@@ -33,7 +33,7 @@ export function loadMeta() {
   return meta;
 }
 
-export const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
+const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
 
 // Start the runtime and one model, saying so in `status`: -> {ort, session, info}
 export async function loadModel(key, status) {
