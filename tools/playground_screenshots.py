@@ -9,17 +9,16 @@ with the network closed, given an input, and photographed once its answer is com
 from __future__ import annotations
 
 import argparse
-import functools
-import http.server
 import sys
-import threading
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from chromium import HEADLESS_ARGS, browser_path
+from static_server import serve
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.browser.conftest import HEADLESS_ARGS, SITE, browser_path  # noqa: E402
+SITE = ROOT / "_build" / "html"
 
 # page, the model key the page reports its times under, and the inputs to type before the picture (field, text)
 SHOTS = [
@@ -40,15 +39,7 @@ def main() -> int:
         print("no playground in _build/html: run `make book` with npm installed first", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(SITE)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    with sync_playwright() as p:
+    with serve(SITE) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=browser_path(), headless=True, args=HEADLESS_ARGS)
         for name, key, steps in SHOTS:
             page = browser.new_page(viewport={"width": 1000, "height": 900}, device_scale_factor=1)
@@ -67,7 +58,6 @@ def main() -> int:
             print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e3:.0f} kB")
             page.close()
         browser.close()
-    server.shutdown()
     return 0
 
 

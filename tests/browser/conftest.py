@@ -7,29 +7,17 @@ under CI=true, where a missing browser is a failure.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
-import shutil
-import threading
 from pathlib import Path
 
 import pytest
 
+from chromium import HEADLESS_ARGS, browser_path  # tools/chromium.py (pytest's pythonpath has tools/)
+from static_server import serve
+
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 ARTIFACTS = ROOT / "test-artifacts"
-CANDIDATES = [os.environ.get("CHROMIUM_PATH", ""), "/usr/bin/chromium", "/usr/bin/chromium-browser",
-              shutil.which("chromium") or "", shutil.which("chromium-browser") or ""]  # fmt: skip
-HEADLESS_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage",
-]  # fmt: skip
-
-
-def browser_path() -> str | None:
-    return next((c for c in CANDIDATES if c and Path(c).is_file()), None)
 
 
 def _missing(reason: str):
@@ -42,16 +30,8 @@ def _missing(reason: str):
 def site_url():
     if not (SITE / "index.html").is_file():
         _missing(f"no built site at {SITE}; run `make book` first")
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(SITE)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serve(SITE) as base_url:
+        yield base_url
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from static_server import serve
+
 from .checks import (
     heading_problems,
     image_problems,
@@ -85,29 +87,19 @@ def test_screenshots_of_home_and_a_notebook(page, site_url):
 
 def test_checks_catch_a_broken_image_and_a_broken_link(browser, site_url, tmp_path):
     """The checks above must be able to fail: serve a page with a missing image and a dead link."""
-    import functools
-    import http.server
-    import threading
-
     (tmp_path / "ok.html").write_text("<h1>ok</h1>")
     (tmp_path / "broken.html").write_text(
         '<main><h1>t</h1><img src="missing.png" alt="a picture"><img src="ok.png" alt="">'
         '<a href="nowhere.html">dead</a><a href="ok.html#nope">bad anchor</a></main>'
     )
     shutil.copy(next(SITE.joinpath("_images").glob("*.png")), tmp_path / "ok.png")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path)))  # fmt: skip
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serve(tmp_path) as base:
         context = browser.new_context()
         pg = context.new_page()
         pg.goto(f"{base}/broken.html", wait_until="load")
         images = image_problems(pg)
         links = link_problems(pg, base, {})
         context.close()
-    finally:
-        server.shutdown()
     assert any("missing.png" in p for p in images), images
     assert any("without alt text: ok.png" in p for p in images), images
     assert any("nowhere.html" in p for p in links) and any("#nope" in p for p in links), links
