@@ -12,15 +12,13 @@ times the number of notebooks (54x for twelve).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference import reference_seconds  # noqa: E402
+from reference import reference_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_NOTEBOOK, SUITE_MEAN = 6.0, 4.5  # the suite's budget: 4.5x per notebook on average

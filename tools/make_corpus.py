@@ -20,8 +20,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from transformer_lib.corpus import HELD_OUT, TEXT_DIR, TRAIN  # noqa: E402
+from transformer_lib.corpus import HELD_OUT, TEXT_DIR, TRAIN
 
 _START = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*?\n", re.I)
 _END = re.compile(r"\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG", re.I)

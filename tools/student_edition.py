@@ -21,8 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import plain_notebooks  # noqa: E402
+import plain_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_DROPDOWN = re.compile(r"```\{admonition\} Solution.*?\n```\n?", re.S)

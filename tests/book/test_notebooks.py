@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
 
+import setup_cell
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import setup_cell  # noqa: E402
 
 NOTEBOOKS = setup_cell.notebooks(ROOT)
 EXERCISE_LABEL = re.compile(r"\*\*Exercise \d+\*\* · (experiment · )?(easy|medium|hard) · about \d+ minutes\. ")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import plain_notebooks
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import plain_notebooks  # noqa: E402
 
 SOURCES = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IDS = [p.name for p in SOURCES]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import plain_notebooks
+import student_edition
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import plain_notebooks  # noqa: E402
-import student_edition  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import yaml
 
+from setup_cell import repository_url  # noqa: F401  (the one reader of _config.yml's URL)
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-from setup_cell import repository_url  # noqa: E402,F401  (the one reader of _config.yml's URL)
 
 
 def toc_pages() -> list[str]:
