@@ -4,6 +4,11 @@ Colab comes with torch, matplotlib, tqdm and ipywidgets 7.7 already installed an
 setup cell must install transformer_lib (from a local path standing in for the git URL) without
 touching those, since changing a package Colab has already imported asks for a runtime restart.
 Then the template and the positional-encoding chapter, whose explorer uses ipywidgets, must run.
+
+Nothing inside the kernel may wait on the network: the package is built into a wheel first (no
+build isolation, so pip fetches no setuptools), and the kernel's pip runs with PIP_NO_INDEX, so a
+missing dependency fails at once instead of retrying an index. A cell that hangs fails after
+CELL_TIMEOUT_S with the notebook, the cell's number and its first line.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "03_positional_encoding.ipynb"]
 COLAB = ["torch==2.13.0", "ipykernel", "ipywidgets==7.7.1", "matplotlib==3.10.0", "tqdm"]  # there before the learner
 WATCHED = ("torch", "ipywidgets", "matplotlib", "tqdm")
+CELL_TIMEOUT_S = 240  # the slowest cell (the setup cell's pip install) takes about 20 s
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +46,22 @@ def _execute(path: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    NotebookClient(nb, kernel_name=kernel, timeout=600, resources={"metadata": {"path": str(cwd)}}).execute()
+    client = NotebookClient(
+        nb,
+        kernel_name=kernel,
+        timeout=CELL_TIMEOUT_S,  # per cell
+        startup_timeout=60,
+        shutdown_kernel="immediate",
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.reset_execution_trackers()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            try:
+                client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+            except CellTimeoutError:
+                first = cell.source.strip().splitlines()[0] if cell.source.strip() else "(empty)"
+                pytest.fail(f"{path.name}: cell {index} ({first!r}) hung for more than {CELL_TIMEOUT_S} s")
     return nb
 
 
@@ -56,7 +78,12 @@ def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_run
 
     _run(python, "-m", "ipykernel", "install", "--prefix", tmp_path / "jupyter", "--name", "colab-sim")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter" / "share" / "jupyter"))
-    monkeypatch.setenv("TRANSFORMER_LIB_SOURCE", str(ROOT))
+    wheels = tmp_path / "wheels"  # the checkout as a wheel, built here with this environment's setuptools
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT)
+    (wheel,) = wheels.glob("transformer_lib-*.whl")
+    monkeypatch.setenv("TRANSFORMER_LIB_SOURCE", str(wheel))  # stands in for the git URL
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the kernel's pip never waits on an index
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)  # Colab has no constraints file
 
     executed = [_execute(path, "colab-sim", tmp_path) for path in NOTEBOOKS]
@@ -69,6 +96,6 @@ def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_run
     assert str(venv) in installed.stdout, "the setup cell must have installed the package into the environment"
     printed = "".join(o.get("text", "") for c in executed[0].cells if c.cell_type == "code" for o in c.outputs)
     assert "our causal mask equals tl.causal_mask: True" in printed
-    widgets = [o for c in executed[1].cells if c.cell_type == "code" for o in c.outputs
-               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]  # fmt: skip
+    outputs = [o for c in executed[1].cells if c.cell_type == "code" for o in c.outputs]
+    widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert widgets, "the positional-encoding explorer displayed no widget under ipywidgets 7.7.1"
