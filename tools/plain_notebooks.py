@@ -9,7 +9,7 @@ show it as raw text. The copies in colab/ carry the same cells and outputs, with
 - quiz answers (dropdown admonitions) as HTML <details>, collapsed until clicked;
 - other admonitions (the pitfalls boxes) as block quotes with a bold title;
 - each figure's caption in a markdown cell under it, numbered, and {numref} as "Figure N";
-- {cite:p} and {cite:t} as author-year text from references.bib;
+- {cite:p} and {cite:t} as author-year text from references.bib (read with pybtex);
 - solution cells in Colab's form view (hidden until opened), as JupyterLab hides them already.
 
 The notebooks in notebooks/ stay the one source; a test checks that the copies are current.
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pybtex.database
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "colab"
@@ -34,25 +35,19 @@ ADMONITION = re.compile(
 )
 TARGET = re.compile(r"^\((?P<label>[\w-]+)\)=[ \t]*$", re.M)
 ROLE = re.compile(r"\{(?P<role>[a-z]+(?::[a-z]+)?)\}`(?P<target>[^`]+)`")
-ACCENTS = {'{\\"u}': "ü", '{\\"o}': "ö", '{\\"a}': "ä", "{\\'e}": "é", "{\\`e}": "è"}
 
 
 def bibliography(path: Path = ROOT / "references.bib") -> dict[str, tuple[str, str]]:
     """key -> (authors as cited, year), e.g. 'vaswani2017attention' -> ('Vaswani et al.', '2017')."""
-    text = path.read_text()
-    for latex, char in ACCENTS.items():
-        text = text.replace(latex, char)
     entries = {}
-    for match in re.finditer(r"@\w+\{(?P<key>[^,\s]+),(?P<body>.*?)\n\}", text, re.S):
-        body = match["body"]
-        author = re.search(r"author\s*=\s*\{(.*?)\},?\s*\n", body, re.S)
-        year = re.search(r"year\s*=\s*\{?(\d{4})", body)
-        if not (author and year):
+    for key, entry in pybtex.database.parse_file(path).entries.items():
+        authors, year = entry.persons.get("author"), entry.fields.get("year")
+        if not (authors and year):
             continue
-        names = [n.strip() for n in re.split(r"\s+and\s+", author.group(1).replace("\n", " "))]
-        last = [n.split(",")[0].strip().strip("{}") for n in names]
+        # the surname with its "von" part, LaTeX accents as letters: M{\"u}ller -> Müller
+        last = [" ".join(str(n.render_as("text")) for n in p.rich_prelast_names + p.rich_last_names) for p in authors]
         cited = last[0] if len(last) == 1 else f"{last[0]} and {last[1]}" if len(last) == 2 else f"{last[0]} et al."
-        entries[match["key"]] = (cited, year.group(1))
+        entries[key] = (cited, year)
     return entries
 
 
