@@ -54,6 +54,19 @@ $(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py transformer_lib/e
 
 playground: $(PLAYGROUND)
 
+# The website's own JavaScript (the playgrounds' modules), linted by ESLint from npm (eslint.config.mjs),
+# with no warning allowed. Without npm it is skipped loudly; under CI=true that is a failure.
+.PHONY: lint-js
+lint-js: $(NPM_STAMP)
+	@if [ -x node_modules/.bin/eslint ] && command -v node >/dev/null 2>&1; then \
+		node_modules/.bin/eslint --max-warnings 0 book/_static/playground eslint.config.mjs; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "CI=true: node and npm are needed to lint the JavaScript (apt-get install nodejs npm)"; exit 1; \
+	else \
+		echo "!!! JAVASCRIPT LINT SKIPPED: npm not found, so the playgrounds' JavaScript was not linted."; \
+		echo "!!! Install node and npm (apt-get install nodejs npm), then run make lint-js again."; \
+	fi
+
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
