@@ -141,3 +141,9 @@ fresh-clone:
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis test-artifacts
+
+# The GitHub Actions workflows, checked by actionlint (from the test extra; it runs shellcheck on run: steps
+# when shellcheck is installed).
+.PHONY: lint-actions
+lint-actions: $(STAMP)
+	$(BIN)/actionlint .github/workflows/*.yml
