@@ -8,7 +8,8 @@ the pages' own JavaScript):
     vendor/         onnxruntime-web's ES module and its wasm, copied from node_modules (`npm ci`)
     models/*.onnx   the numbers-to-words translator, the Shakespeare character model, its first
                     attention layer with the mask as an input (the masks playground), the bracket classifier
-    models/meta.json    vocabularies, lengths, file sizes and the bracket head that tracks partners
+    models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes and the bracket
+                        head that tracks partners
     expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
                     words and text, one step's sampling distribution, P(balanced), masked weights
 
@@ -30,6 +31,7 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib import checkpoints
+from transformer_lib.data import SPECIALS
 from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
 from transformer_lib.models import nucleus
 
@@ -44,6 +46,17 @@ PROMPTS = [("ROMEO:\n", 60), ("To be, or not to be", 60)]  # (prompt, new charac
 SAMPLING = {"prompt": "ROMEO:\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
 BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
+
+
+def specials(tok) -> dict[str, int]:
+    """The tokenizer's special tokens as the pages read them from meta.json: each one's id by name, and
+    `count`, the number of ids before the vocabulary's own tokens: {"pad": 0, "bos": 1, "eos": 2, "unk": 3, "count": 4}.
+    The ids are the tokenizer's own (tok.pad_id, ...), checked against its itos, so a page never hard-codes one."""
+    ids = {s.strip("<>"): getattr(tok, f"{s.strip('<>')}_id") for s in SPECIALS}  # "<pad>" -> tok.pad_id
+    wrong = [f"{name}_id = {i}" for name, i in ids.items() if tok.itos[i] != f"<{name}>"]
+    if wrong or sorted(ids.values()) != list(range(len(SPECIALS))):
+        raise SystemExit(f"{type(tok).__name__}: the specials are not the first {len(SPECIALS)} ids ({wrong or ids})")
+    return {**ids, "count": len(SPECIALS)}
 
 
 def _check(name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected) -> float:
@@ -76,7 +89,8 @@ def numbers_to_words(models: Path) -> tuple[dict, dict]:
         answers[number] = tgt_tok.decode(out[0])
     gap = _export(model, models / "numbers_to_words.onnx", (src, out))
     cfg = model.config
-    meta = {"src_itos": src_tok.itos, "tgt_itos": tgt_tok.itos, "width": 5, "max_number": 99_999, "gap": gap,
+    meta = {"src_itos": src_tok.itos, "tgt_itos": tgt_tok.itos, "src_specials": specials(src_tok),
+            "tgt_specials": specials(tgt_tok), "width": 5, "max_number": 99_999, "gap": gap,
             "max_new_tokens": NUMBERS_MAX_NEW, "layers": cfg.num_layers, "heads": cfg.num_heads}  # fmt: skip
     return meta, answers
 
@@ -114,7 +128,8 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
         answers.append({"prompt": prompt, "new": n, "text": tok.decode(out[0, len(prompt) :]), "margin": margin})
     gap = _export(model, models / "shakespeare_char.onnx", (out,))
     cfg = model.config
-    meta = {"itos": tok.itos, "max_len": cfg.max_len, "layers": cfg.num_layers, "heads": cfg.num_heads, "gap": gap}
+    meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "layers": cfg.num_layers,
+            "heads": cfg.num_heads, "gap": gap}  # fmt: skip
     probs, drawn = _sampling_distribution(model, torch.tensor([tok.encode(SAMPLING["prompt"])]))
     top = probs.argsort(descending=True)[:8].tolist()  # the page's table: the eight likeliest, likeliest first
     sampling = {**SAMPLING, "tokens": [tok.itos[i] for i in top], "probs": probs[top].tolist(),
@@ -134,7 +149,8 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     with torch.no_grad():
         weights = first_attention(model)(tokens, mask)  # (h, T, T)
     masks_gap = _check(path.stem, ort.InferenceSession(str(path)), (tokens, mask), (weights,))
-    masks_meta = {"itos": tok.itos, "max_len": cfg.max_len, "heads": cfg.num_heads, "gap": masks_gap}
+    masks_meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "heads": cfg.num_heads,
+                  "gap": masks_gap}  # fmt: skip
     return meta, {"greedy": answers, "sampling": sampling}, masks_meta, {**MASKS, "weights": weights.tolist()}
 
 
@@ -175,8 +191,9 @@ def brackets(models: Path) -> tuple[dict, dict]:
     gap = _export(model, models / "bracket_classifier.onnx", (ids,))
     layer, head, weight = partner_head(model, tok)
     cfg = model.config
-    meta = {"itos": tok.itos, "max_len": cfg.max_len, "layers": cfg.num_layers, "heads": cfg.num_heads,
-            "partner": {"layer": layer, "head": head, "mean_weight": weight}, "gap": gap}  # fmt: skip
+    meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "layers": cfg.num_layers,
+            "heads": cfg.num_heads, "partner": {"layer": layer, "head": head, "mean_weight": weight},
+            "gap": gap}  # fmt: skip
     return meta, answers
 
 

@@ -267,3 +267,44 @@ def test_each_page_states_its_model_size(meta):
         stated = float(re.search(r"about ([\d.]+) MB", text).group(1))
         actual = meta[key]["bytes"] / 1e6
         assert abs(stated - actual) <= 0.1 * actual, f"{name}: the page says {stated} MB, the file is {actual:.2f}"
+
+
+STATUS = {"numbers_to_words": "#numbers-status", "shakespeare_char": "#lm-status", "masks": "#masks-status",
+          "bracket_classifier": "#brackets-status"}  # fmt: skip
+# A model file that onnxruntime loads but that the page cannot run: other inputs than the page feeds
+WRONG_MODEL = {"numbers_to_words": "bracket_classifier", "shakespeare_char": "numbers_to_words",
+               "masks": "numbers_to_words", "bracket_classifier": "shakespeare_char_layer1"}  # fmt: skip
+
+
+def _failing(page, site_url, key, meta, body: bytes) -> str:
+    """Open playground `key` with its model file answered by `body`; return its status line once it says it failed."""
+    page.route(f"**/_static/playground/models/{meta[key]['file']}", lambda r: r.fulfill(status=200, body=body))
+    response = page.goto(f"{site_url}/book/playground/{PAGES[key]}.html", wait_until="load")
+    assert response is not None and response.status == 200
+    failed = "sel => /could not start|went wrong/.test(document.querySelector(sel).textContent)"
+    page.wait_for_function(failed, arg=STATUS[key], timeout=60_000)
+    return page.text_content(STATUS[key])
+
+
+@pytest.mark.parametrize("key", PAGES)
+def test_a_broken_model_file_is_said_in_the_page_and_in_the_console(page, site_url, meta, key):
+    """The model file is cut short: the page's status line says it could not start, and so does the console."""
+    model = (BUILT / "models" / meta[key]["file"]).read_bytes()
+    status = _failing(page, site_url, key, meta, model[: len(model) // 3])
+    assert status.startswith("This playground could not start ("), status
+    logged = [e for e in page.console_errors if e.startswith(f"Playground {key}: loading the model")]
+    assert logged and status in logged[0], page.console_errors
+    assert page.evaluate("key => (window.playgroundTimings || {})[key]", key) is None  # it never loaded
+
+
+@pytest.mark.parametrize("key", PAGES)
+def test_an_error_after_the_model_loads_is_said_in_the_page_and_in_the_console(page, site_url, meta, key):
+    """Another model in the file: it loads, then the page's first run fails. Before, that was caught and not
+    logged, so a bug after loading left no trace in the console; now both the page and the console say it."""
+    other = next(m for m in meta.values() if isinstance(m, dict) and m.get("file") == f"{WRONG_MODEL[key]}.onnx")
+    status = _failing(page, site_url, key, meta, (BUILT / "models" / other["file"]).read_bytes())
+    assert status.startswith("Something went wrong while the model ran: "), status
+    page_name = PAGES[key].replace("_", " ")
+    logged = [e for e in page.console_errors if e.startswith(f"Playground {page_name}: ")]
+    assert logged and status in logged[0], page.console_errors
+    assert "load_ms" in page.evaluate("key => window.playgroundTimings[key]", key)  # the model itself loaded

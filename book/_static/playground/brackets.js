@@ -7,13 +7,13 @@
 
 import {
   clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, softmax,
+  startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
-const BOS = 1;
 const OPEN = { ")": "(", "]": "[" };
 
-// The reader's text -> {ids: <bos> and the brackets' ids} or {error: what is wrong}
+// The reader's text -> {ids: <bos> and the brackets' ids} or {error: what is wrong}; <bos>'s id is in meta.json
 function check(text, info) {
   if (text === "") return { error: "The field is empty: type brackets such as ([]())." };
   const bad = [...new Set(text)].filter((c) => !"()[]".includes(c)).map((c) => `“${shown(c)}”`);
@@ -22,7 +22,7 @@ function check(text, info) {
     return { error: `${text.length} brackets and <bos> make ${text.length + 1} tokens, more than the model's ` +
       `${info.max_len} positions.` };
   }
-  return { ids: [BOS, ...[...text].map((c) => info.itos.indexOf(c))] };
+  return { ids: [info.specials.bos, ...[...text].map((c) => info.itos.indexOf(c))] };
 }
 
 // The rule itself, and each bracket's partner: text -> {balanced, partner: Map position -> position (1-based, after <bos>)}
@@ -65,7 +65,7 @@ async function classify() {
   $("brackets-verdict").textContent = `The model says ${p >= 0.5 ? "balanced" : "not balanced"}; ` +
     `the rule says ${rule.balanced ? "balanced" : "not balanced"}.`;
   const layer = Number($("brackets-layer").value), head = Number($("brackets-head").value);
-  const labels = ["·bos·", ...text];
+  const labels = [shown(info.itos[info.specials.bos]), ...text];
   heatmap($("brackets-map"), rows(out.attention, layer, head), labels, labels, {
     label: `Attention of layer ${layer + 1}, head ${head + 1} over ${text}: each bracket (rows) against every ` +
       "bracket (columns); each bracket's partner is outlined", rowTitle: "bracket", colTitle: "looks at",
@@ -73,7 +73,7 @@ async function classify() {
   $("brackets-status").textContent = `${text}: P(balanced) = ${p.toFixed(4)}. ${$("brackets-verdict").textContent}`;
 }
 
-const run = () => guarded($("brackets-status"), classify);
+const run = () => guarded("brackets: classifying", $("brackets-status"), classify);
 
 async function main() {
   model = await loadModel("bracket_classifier", $("brackets-status"));
@@ -88,4 +88,4 @@ async function main() {
   await run();
 }
 
-main().catch(() => {}); // loadModel has said in the page's status line why the model could not load
+startPage("brackets", $("brackets-status"), main);

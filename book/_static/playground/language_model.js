@@ -8,7 +8,8 @@
 // seed repeats its text.
 
 import {
-  argmax, firstAnswer, guarded, idsTensor, loadModel, painted, showError, shown, softmax, unknownCharacters,
+  argmax, firstAnswer, guarded, idsTensor, loadModel, painted, showError, shown, softmax, startPage,
+  unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -39,7 +40,7 @@ function settings(info) {
   const n = wholeNumber("lm-length", 1), topK = wholeNumber("lm-topk", 0), seed = wholeNumber("lm-seed", 0);
   const temperature = Number($("lm-temperature").value), topP = Number($("lm-topp").value); // sliders: always valid
   if (prompt === "") return { field: "lm-prompt", error: "The prompt is empty: type a few characters for the model to continue." };
-  const unknown = unknownCharacters(prompt, info.itos);
+  const unknown = unknownCharacters(prompt, info.itos, info.specials);
   if (unknown.length) {
     return { field: "lm-prompt", error: `The model has never seen ${unknown.join(", ")}: its vocabulary is the ` +
       "characters of the training plays. Remove or replace them." };
@@ -153,7 +154,7 @@ async function onSubmit(event) {
   event?.preventDefault();
   if (model === null || running) return; // the buttons stay enabled, so focus stays where the reader left it
   running = true;
-  await guarded($("lm-status"), generate);
+  await guarded("language model: writing", $("lm-status"), generate);
   running = false;
 }
 
@@ -164,10 +165,11 @@ async function main() {
     $(id).addEventListener("input", show);
     show();
   }
-  $("lm-step").addEventListener("input", () => showStep(Number($("lm-step").value) - 1));
+  $("lm-step").addEventListener("input", () => guarded("language model: showing a step", $("lm-status"),
+    async () => showStep(Number($("lm-step").value) - 1)));
   $("lm-form").addEventListener("submit", onSubmit);
   $("lm-stop").addEventListener("click", () => { running = false; });
   await onSubmit(); // one sample with the page's settings, so the page opens with an answer
 }
 
-main().catch(() => {}); // loadModel has said in the page's status line why the model could not load
+startPage("language model", $("lm-status"), main);

@@ -8,18 +8,18 @@
 // zeroes fully masked rows, and the exported file keeps that.
 
 import {
-  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, unknownCharacters,
+  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, startPage,
+  unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
-const PAD = 0; // <pad>'s id
 const MAX_PAD = 16;
 
 // The reader's controls -> {ids, isPad, padding, causal}, or {error: what is wrong, field: where}
 function settings(info) {
   const text = $("masks-text").value, padText = $("masks-pad").value.trim(), pads = Number(padText);
   if (text === "") return { field: "masks-text", error: "The text is empty: type a few characters, for example “to be”." };
-  const unknown = unknownCharacters(text, info.itos);
+  const unknown = unknownCharacters(text, info.itos, info.specials);
   if (unknown.length) {
     return { field: "masks-text", error: `${unknown.join(", ")} ${unknown.length > 1 ? "are" : "is"} not in the ` +
       "model's vocabulary (the characters of the training plays)." };
@@ -32,9 +32,10 @@ function settings(info) {
       `tokens, more than the model's ${info.max_len} positions.` };
   }
   const ids = [...text].map((c) => info.itos.indexOf(c));
-  const padding = new Array(pads).fill(PAD);
+  const pad = info.specials.pad; // <pad>'s id
+  const padding = new Array(pads).fill(pad);
   const all = $("masks-side").value === "left" ? [...padding, ...ids] : [...ids, ...padding]; // (T,)
-  return { ids: all, isPad: all.map((i) => i === PAD), padding: $("masks-padding").checked, causal: $("masks-causal").checked };
+  return { ids: all, isPad: all.map((i) => i === pad), padding: $("masks-padding").checked, causal: $("masks-causal").checked };
 }
 
 // (T,) pad flags and the switches -> the mask (T, T) as rows of booleans: query i may see key j
@@ -79,7 +80,7 @@ async function recompute() {
     `causal mask ${s.causal ? "on" : "off"}). ${rowsSaid}and ${nan ? "some weights are NaN" : "no weight is NaN"}.`;
 }
 
-const run = () => guarded($("masks-status"), recompute);
+const run = () => guarded("masks: recomputing the attention", $("masks-status"), recompute);
 
 async function main() {
   model = await loadModel("masks", $("masks-status"));
@@ -91,4 +92,4 @@ async function main() {
   await run();
 }
 
-main().catch(() => {}); // loadModel has said in the page's status line why the model could not load
+startPage("masks", $("masks-status"), main);

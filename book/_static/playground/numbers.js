@@ -7,11 +7,10 @@
 
 import {
   argmax, clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, meanRows, painted, rows,
-  shown, showError,
+  shown, showError, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
-const BOS = 1, EOS = 2, SPECIALS = 4; // the ids of data.SPECIALS: <pad> <bos> <eos> <unk>
 const PLACES = ["ten thousands", "thousands", "hundreds", "tens", "ones"];
 
 // The reader's text -> {digits: the 5 characters the encoder reads} or {error: what is wrong, in words}
@@ -76,7 +75,8 @@ async function translate() {
   const start = performance.now();
   const src = [...checked.digits].map((c) => info.src_itos.indexOf(c)); // (S,) digit ids
   drawSource(checked.digits, src);
-  const tgt = [BOS]; // (T,) word ids so far
+  const { bos, eos, count } = info.tgt_specials; // the word tokenizer's <bos> and <eos> ids; ids below count are specials
+  const tgt = [bos]; // (T,) word ids so far
   const words = []; // what each step predicted, for the map's rows
   $("numbers-output").textContent = "";
   for (let step = 0; step < info.max_new_tokens; step++) {
@@ -86,9 +86,9 @@ async function translate() {
     words.push(shown(info.tgt_itos[next]));
     answer = { digits: checked.digits, words, attention: out.cross_attention }; // (L, h, T, S)
     drawMap(); // one row more than the step before
-    if (next === EOS) break;
+    if (next === eos) break;
     tgt.push(next);
-    $("numbers-output").textContent = join(tgt.slice(1).filter((i) => i >= SPECIALS).map((i) => info.tgt_itos[i]));
+    $("numbers-output").textContent = join(tgt.slice(1).filter((i) => i >= count).map((i) => info.tgt_itos[i]));
     await painted();
   }
   firstAnswer("numbers_to_words", start);
@@ -100,7 +100,7 @@ async function onSubmit(event) {
   event?.preventDefault();
   if (model === null || busy) return;
   busy = true;
-  await guarded($("numbers-status"), translate);
+  await guarded("numbers: translating", $("numbers-status"), translate);
   busy = false;
 }
 
@@ -109,10 +109,11 @@ async function main() {
   fillSelect($("numbers-layer"), model.info.layers, model.info.layers - 1);
   fillSelect($("numbers-head"), model.info.heads, 0, "all (mean)");
   $("numbers-head").value = "mean";
-  $("numbers-layer").addEventListener("change", drawMap);
-  $("numbers-head").addEventListener("change", drawMap);
+  const redraw = () => guarded("numbers: drawing the map", $("numbers-status"), async () => drawMap());
+  $("numbers-layer").addEventListener("change", redraw);
+  $("numbers-head").addEventListener("change", redraw);
   $("numbers-form").addEventListener("submit", onSubmit);
   await onSubmit();
 }
 
-main().catch(() => {}); // loadModel has said in the page's status line why the model could not load
+startPage("numbers", $("numbers-status"), main);

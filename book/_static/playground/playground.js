@@ -24,7 +24,7 @@ function loadRuntime() {
 
 let meta = null;
 
-// models/meta.json: each model's file, size, vocabulary and lengths
+// models/meta.json: each model's file, size, vocabulary, special tokens' ids and lengths
 function loadMeta() {
   meta ??= fetch(new URL("models/meta.json", HERE)).then((r) => {
     if (!r.ok) throw new Error(`models/meta.json answered ${r.status}`);
@@ -35,7 +35,22 @@ function loadMeta() {
 
 const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
 
-// Start the runtime and one model, saying so in `status`: -> {ort, session, info}
+const reported = new WeakSet(); // the errors already shown in a page and logged, so that none is told twice
+
+// An error's own words, whatever was thrown, without a final full stop (the messages add their own)
+const reason = (err) => (err instanceof Error ? err.message : String(err)).replace(/\.+$/, "");
+
+// Say that something failed: `message` in the page's live region `status`, where a reader sees it, and
+// the same with `where` (the page and the step) and the error itself in the console, where a
+// developer and the browser tests see it. Nothing a page catches fails silently.
+function report(where, status, message, err) {
+  status.textContent = message;
+  console.error(`Playground ${where}: ${message}`, err);
+  if (Object(err) === err) reported.add(err);
+}
+
+// Start the runtime and one model, saying so in `status`: -> {ort, session, info}. If it fails, the
+// page's status line and the console both say why, and the error is thrown on (startPage knows it was told).
 export async function loadModel(key, status) {
   const start = performance.now();
   let built = true; // false when the site has no playground files: built without npm
@@ -45,6 +60,7 @@ export async function loadModel(key, status) {
       throw err;
     });
     const info = all[key];
+    if (info === undefined) throw new Error(`models/meta.json has no model "${key}"`);
     status.textContent = `Loading the model (${megabytes(info.bytes)}) and the runtime ` +
       `(${megabytes(all.runtime_bytes)}, once per visit) into this page…`;
     const ort = await loadRuntime();
@@ -55,8 +71,8 @@ export async function loadModel(key, status) {
       "It runs here, in your browser.";
     return { ort, session, info };
   } catch (err) {
-    status.textContent = `This playground could not start (${err.message}).` + (built ? "" : " The website was " +
-      "built without its playground files, which need node and npm: `npm ci`, then `make book`.");
+    report(`${key}: loading the model`, status, `This playground could not start (${reason(err)}).` + (built ? "" :
+      " The website was built without its playground files, which need node and npm: `npm ci`, then `make book`."), err);
     throw err;
   }
 }
@@ -69,13 +85,24 @@ export function showError(errorElement, field, message) {
   return Boolean(message);
 }
 
-// Run `work` (an async function); if it throws, say so in `status` instead of the console.
-export async function guarded(status, work) {
+// Run `work` (an async function) for step `where` ("numbers: translating"); if it throws, say so in
+// `status` and in the console, and return normally so that the page stays usable.
+export async function guarded(where, status, work) {
   try {
     await work();
   } catch (err) {
-    status.textContent = `Something went wrong while the model ran: ${err.message}. Reload the page to start again.`;
+    report(where, status, `Something went wrong while the model ran: ${reason(err)}. Reload the page to start again.`, err);
   }
+}
+
+// Run a page's `main` (an async function: load its model, wire its controls, answer once). An error
+// that loadModel or guarded has not reported yet, such as a bug while wiring the controls, is reported here.
+export function startPage(page, status, main) {
+  main().catch((err) => {
+    if (!reported.has(err)) {
+      report(`${page}: starting`, status, `This playground could not start (${reason(err)}). Reload the page to try again.`, err);
+    }
+  });
 }
 
 // Record the first answer's time once per model.
@@ -123,9 +150,11 @@ export function shown(token) {
   return { " ": "␣", "\n": "↵", "<pad>": "·pad·", "<bos>": "·bos·", "<eos>": "·eos·", "<unk>": "·unk·" }[token] ?? token;
 }
 
-// Characters of `text` that `itos` lacks, each once, written for a message: “x”, “%”
-export function unknownCharacters(text, itos) {
-  const known = new Set(itos.slice(4)); // after <pad> <bos> <eos> <unk>
+// Characters of `text` that the vocabulary lacks, each once, written for a message: “x”, “%”.
+// `itos` is the model's vocabulary and `specials` its special tokens (meta.json): the first specials.count
+// ids are <pad>, <bos> and the like, which no typed character stands for.
+export function unknownCharacters(text, itos, specials) {
+  const known = new Set(itos.slice(specials.count));
   return [...new Set(text)].filter((c) => !known.has(c)).map((c) => `“${shown(c)}”`);
 }
 
