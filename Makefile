@@ -1,6 +1,8 @@
 # The two commands a newcomer needs: `make book` and `make test`. Both create .venv and install the
 # package with its book and test extras (pyproject.toml), pinned by constraints.txt, first.
-# While you work: `make check` (lint, format, fast unit tests) answers in well under a minute.
+# While you work: `make check` (every lint check of `make test`, the fast unit tests) answers in under a minute.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,12 +10,13 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+REPORTS := _build/reports
 
 .PHONY: help install playground check book test lint unit book-tests notebooks notebooks-portable book-strict browser \
-	execute student benchmark checkpoints lock clean fresh-clone
+	execute student benchmark results lab checkpoints lock clean fresh-clone
 
 help:
-	@echo "make check     lint, format check and the fast unit tests: the loop while you work (< 1 min)"
+	@echo "make check     every lint check of make test and the fast unit tests: the loop while you work (< 1 min)"
 	@echo "make book      build the website into _build/html"
 	@echo "make test      everything: lint, all unit tests, notebook rules, every notebook under nbval"
 	@echo "               (twice: here and on other CPU kernels), strict book build, browser tests"
@@ -21,6 +24,8 @@ help:
 	@echo "               rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
 	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
+	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
+	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
 	@echo "make lock      re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
 
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
@@ -67,9 +72,7 @@ lint-js: $(NPM_STAMP)
 		echo "!!! Install node and npm (apt-get install nodejs npm), then run make lint-js again."; \
 	fi
 
-check: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+check: lint
 	$(PYTEST) tests/unit -m "not slow" -q
 
 book: $(STAMP) playground
@@ -77,39 +80,46 @@ book: $(STAMP) playground
 	@[ -f $(PLAYGROUND) ] || echo "!!! PLAYGROUND SKIPPED: built without npm, the playground pages will say they cannot start."
 	@echo "The website is in _build/html/index.html"
 
-test: lint unit book-tests notebooks notebooks-portable book-strict browser
+# The stages of `make test`, run one after another by a sub-make even under `make -j2 test`: they
+# share _build/ and this machine's two cores, and the notebook times they print are figures that a
+# second job beside them would spoil. So `make -j2 test` gives the same result as `make test`.
+# Each stage writes its report to _build/reports/ for tools/results.py.
+TEST_STAGES := lint unit book-tests notebooks notebooks-portable book-strict browser
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j1 $(TEST_STAGES)
 	@echo "make test: all checks passed"
 
-lint: $(STAMP)
+lint: $(STAMP) lint-js lint-actions
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/setup_cell.py
 	$(BIN)/python tools/plain_notebooks.py
 
 unit: $(STAMP)
-	$(PYTEST) tests/unit
+	$(PYTEST) tests/unit --junitxml=$(REPORTS)/junit-unit.xml
 
 book-tests: $(STAMP)
-	$(PYTEST) tests/book
+	$(PYTEST) tests/book --junitxml=$(REPORTS)/junit-book.xml
 
 NBVAL := $(PYTEST) --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 
 notebooks: $(STAMP)
-	$(NBVAL)
+	NOTEBOOK_REPORT=$(REPORTS)/notebooks.json $(NBVAL) --junitxml=$(REPORTS)/junit-notebooks.xml
 
 # The same notebooks on other CPU kernels: ATen's portable code path instead of AVX2/AVX-512, MKL
 # held to SSE4.2, one thread. Sums round differently there, as they do on another machine; every
 # compared output must still match (README, "Same results on every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 notebooks-portable: $(STAMP)
-	$(PORTABLE_ENV) $(NBVAL)
+	$(PORTABLE_ENV) NOTEBOOK_REPORT=$(REPORTS)/notebooks-portable.json $(NBVAL) \
+		--junitxml=$(REPORTS)/junit-notebooks-portable.xml
 
 book-strict: $(STAMP) playground
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
-# needs the strict build's _build/html; skipped loudly without Chromium, failed under CI=true
-browser: $(STAMP) $(NPM_STAMP)
-	$(PYTEST) tests/browser -rs
+# over the strict build's _build/html; skipped loudly without Chromium, failed under CI=true
+browser: $(STAMP) $(NPM_STAMP) book-strict
+	$(PYTEST) tests/browser -rs --junitxml=$(REPORTS)/junit-browser.xml
 
 execute: $(STAMP)
 	$(BIN)/python tools/setup_cell.py --write
@@ -123,8 +133,18 @@ student: $(STAMP)
 	$(BIN)/python tools/student_edition.py --out _build/student
 
 benchmark: $(STAMP)
-	$(BIN)/python benchmarks/notebooks.py
-	$(BIN)/python benchmarks/attention.py
+	@mkdir -p $(REPORTS)
+	$(BIN)/python benchmarks/notebooks.py | tee $(REPORTS)/benchmark-notebooks.txt
+	$(BIN)/python benchmarks/attention.py | tee $(REPORTS)/benchmark-attention.txt
+
+# docs/results.md, from a real run: every test stage, then the benchmarks, then tools/results.py.
+results: $(STAMP)
+	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory benchmark
+	$(BIN)/python tools/results.py
+
+lab: $(STAMP)
+	$(BIN)/python tools/lab.py
 
 checkpoints: $(STAMP)
 	$(BIN)/python tools/train_checkpoints.py

@@ -1,7 +1,9 @@
 """Repository-wide pytest hooks: time every notebook that nbval runs, as a benchmark, not as a test.
 
 At the end of an nbval run the table of notebook times is printed, each also as a ratio to the
-reference workload of benchmarks/reference.py, timed once in the same session. The budget is
+reference workload of benchmarks/reference.py, timed in the same session before the first notebook
+and after the last, with its spread (a ratio whose reference moved by more than 10% says so). With
+NOTEBOOK_REPORT set, the times also go to that JSON file for tools/results.py. The budget is
 <= 6x per notebook (reported, never enforced: machines are shared and their speed moves). Only a
 notebook past the safety net of NOTEBOOK_TIME_LIMIT seconds (default 600, far beyond any
 plausible machine) fails the run, because then something hangs.
@@ -9,14 +11,17 @@ plausible machine) fails the run, because then something hangs.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
 LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT", "600"))
 BUDGET = 6.0
 _times: dict[str, float] = defaultdict(float)
+_reference: list[float] = []  # the reference workload's seconds, before the notebooks and after
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -25,22 +30,37 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _times[path] += report.duration
 
 
-def _reference_seconds() -> float | None:
+def _time_reference() -> None:
     try:
         from reference import reference_seconds  # benchmarks/reference.py, on pytest's pythonpath (pyproject.toml)
     except ImportError:  # benchmarks/ missing: print the times without ratios
-        return None
-    return reference_seconds()
+        return
+    _reference.append(reference_seconds())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.nodeid.split("::", 1)[0].endswith(".ipynb") for item in session.items):
+        _time_reference()  # before the first notebook
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not _times:
         return
-    reference = _reference_seconds()
+    if _reference:
+        _time_reference()  # after the last notebook
+    reference = sum(_reference) / len(_reference) if _reference else None
     title = f"notebook execution times (safety net {LIMIT_S:.0f} s each; budget {BUDGET:.0f}x the reference)"
     terminalreporter.section(title)
     if reference:
-        terminalreporter.write_line(f"reference workload (benchmarks/reference.py): {reference:.2f} s")
+        spread = (max(_reference) - min(_reference)) / reference
+        timed = ", ".join(f"{r:.2f} s" for r in _reference)
+        warning = "  MOVED BY MORE THAN 10%: the ratios below are uncertain" if spread > 0.10 else ""
+        line = f"reference workload (benchmarks/reference.py): {timed} (before and after), spread {spread:.0%}"
+        terminalreporter.write_line(line + warning)
+    if os.environ.get("NOTEBOOK_REPORT"):
+        report = Path(os.environ["NOTEBOOK_REPORT"])
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({"reference_seconds": _reference, "notebooks": dict(_times)}, indent=1))
     for path, seconds in sorted(_times.items()):
         ratio = f"{seconds / reference:6.1f}x" if reference else ""
         over = reference is not None and seconds / reference > BUDGET

@@ -13,6 +13,7 @@ CELL_TIMEOUT_S with the notebook, the cell's number and its first line.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,8 +79,13 @@ def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_run
 
     _run(python, "-m", "ipykernel", "install", "--prefix", tmp_path / "jupyter", "--name", "colab-sim")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter" / "share" / "jupyter"))
-    wheels = tmp_path / "wheels"  # the checkout as a wheel, built here with this environment's setuptools
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT)
+    # The checkout as a wheel, built from a copy (no build/ or egg-info left in the checkout) with this
+    # environment's setuptools, so that no build step fetches anything.
+    source, wheels = tmp_path / "source", tmp_path / "wheels"
+    shutil.copytree(ROOT / "transformer_lib", source / "transformer_lib", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, source)
     (wheel,) = wheels.glob("transformer_lib-*.whl")
     monkeypatch.setenv("TRANSFORMER_LIB_SOURCE", str(wheel))  # stands in for the git URL
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the kernel's pip never waits on an index

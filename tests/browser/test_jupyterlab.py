@@ -2,8 +2,10 @@
 
 JupyterLab is started from this environment on localhost with a notebook folder of its own, and
 driven by the same headless Chromium as the site tests, with every request outside the local
-server refused. The chapter is the copy that learners open outside the website (colab/, written
-by tools/plain_notebooks.py), so it must read well with no MyST extension.
+server refused. It is started as `make lab` starts it (tools/lab.py), over a folder laid out like
+the repository: the learner lands in colab/ (the copies written by tools/plain_notebooks.py, which
+read well with no MyST extension), not in notebooks/ (the MyST source), and opens the chapter from
+the file browser.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import urllib.request
 
 import pytest
 
+from lab import FIRST_FOLDER, lab_arguments
+
 from .conftest import ROOT
 
 NOTEBOOK = "03_positional_encoding.ipynb"  # has a quiz and an ipywidgets explorer
@@ -37,7 +41,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("lab")
-    shutil.copy(ROOT / "colab" / NOTEBOOK, work / NOTEBOOK)
+    for folder in (FIRST_FOLDER, "notebooks"):  # the learner's copies and the MyST source, as in the repository
+        (work / folder).mkdir()
+        shutil.copy(ROOT / folder / NOTEBOOK, work / folder / NOTEBOOK)
     settings = work / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     # render every cell, not only those in view, so that the test can find them
@@ -45,12 +51,15 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "JUPYTER_RUNTIME_DIR": str(work / "rt")}
     log = open(work / "lab.log", "w")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--LabApp.news_url=",
-         "--allow-root"],  # CI containers run as root
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    options = [
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+    ]
+    options += ["--LabApp.news_url=", "--allow-root"]  # CI containers run as root
+    command = [sys.executable, "-m", "jupyterlab", *lab_arguments(work), *options]
+    server = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -96,8 +105,15 @@ def test_a_learner_runs_a_chapter_reads_a_quiz_and_moves_a_slider(browser, lab):
 
     context.route("**/*", only_local)
     page = context.new_page()
-    page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}", wait_until="load")
+    page.goto(f"{url}/?token={token}", wait_until="load")  # where `make lab` opens the browser
+    chapter = page.locator(".jp-DirListing-item", has_text=NOTEBOOK).first
+    chapter.wait_for(timeout=90_000)
+    crumbs = page.locator(".jp-BreadCrumbs").inner_text()
+    assert FIRST_FOLDER in crumbs and "notebooks" not in crumbs, f"JupyterLab opened on {crumbs!r}, not colab/"
+    chapter.dblclick()  # the learner opens the chapter from the file browser
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    tab = page.locator(".lm-TabBar-tab.jp-mod-current.lm-mod-closable").first.get_attribute("title") or ""
+    assert f"{FIRST_FOLDER}/{NOTEBOOK}" in tab, f"the chapter opened is not colab's copy: {tab!r}"
     page.wait_for_timeout(2000)
     dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
     if dialog.count():  # JupyterLab asks once which kernel to start: take the default, Python 3
@@ -133,7 +149,8 @@ def test_a_learner_runs_a_chapter_reads_a_quiz_and_moves_a_slider(browser, lab):
         page.keyboard.press("ArrowRight")
     page.wait_for_function(
         "before => { const img = document.querySelector('.widget-output img'); return img && img.src !== before; }",
-        arg=before, timeout=30_000,
-    )  # fmt: skip
+        arg=before,
+        timeout=30_000,
+    )
     assert not refused, f"JupyterLab asked for outside resources: {refused[:3]}"
     context.close()
