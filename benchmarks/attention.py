@@ -71,8 +71,13 @@ def attention_table(repeats: int, device: torch.device, B=32, T=64, d_model=128,
 
 def kv_cache_table(device: torch.device, new_tokens=256, d_model=128, h=4, layers=4, repeats=3) -> None:
     torch.manual_seed(0)
-    lm = tl.DecoderOnlyLM(vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model,
-                          dropout=0.0, max_len=512).to(device).eval()  # fmt: skip
+    lm = (
+        tl.DecoderOnlyLM(
+            vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model, dropout=0.0, max_len=512
+        )
+        .to(device)
+        .eval()
+    )
     prompt = torch.randint(0, 64, (1, 16), device=device)
 
     def run(use_cache):
@@ -87,12 +92,18 @@ def kv_cache_table(device: torch.device, new_tokens=256, d_model=128, h=4, layer
     print(f"speed-up {without / with_cache:.2f}x; identical tokens: {same}")
 
 
-def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_model=128, h=4, layers=4, batch=1,
-                          repeats=3) -> None:  # fmt: skip
+def encoder_decoder_table(
+    device: torch.device, new_tokens=128, src_len=32, d_model=128, h=4, layers=4, batch=1, repeats=3
+) -> None:
     """Transformer.greedy_decode with and without its caches; eos_id=-1 is never produced, so every step runs."""
     torch.manual_seed(0)
-    model = tl.Transformer(vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model,
-                           dropout=0.0, max_len=512).to(device).eval()  # fmt: skip
+    model = (
+        tl.Transformer(
+            vocab_size=64, d_model=d_model, num_heads=h, num_layers=layers, d_ff=4 * d_model, dropout=0.0, max_len=512
+        )
+        .to(device)
+        .eval()
+    )
     src = torch.randint(1, 64, (batch, src_len), device=device)
 
     def decode(use_cache):
@@ -107,14 +118,19 @@ def encoder_decoder_table(device: torch.device, new_tokens=128, src_len=32, d_mo
             out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
         return out
 
-    cases = {"without caches": decode(False), "self-attention cache only": self_attention_cache_only,
-             "self-attention + cross-attention caches": decode(True)}  # fmt: skip
+    cases = {
+        "without caches": decode(False),
+        "self-attention cache only": self_attention_cache_only,
+        "self-attention + cross-attention caches": decode(True),
+    }
     timings = _medians_ms(cases, repeats, device)
     outputs = [fn() for fn in cases.values()]
     same = all(torch.equal(outputs[0], out) for out in outputs[1:]) and outputs[0].shape[1] == new_tokens + 1
     base = timings["without caches"]
-    print(f"\nEncoder-decoder greedy decoding of {new_tokens} new tokens from {src_len}-token sources, "
-          f"d_model={d_model}, {layers}+{layers} layers, batch {batch}, median of {repeats}")  # fmt: skip
+    print(
+        f"\nEncoder-decoder greedy decoding of {new_tokens} new tokens from {src_len}-token sources, "
+        f"d_model={d_model}, {layers}+{layers} layers, batch {batch}, median of {repeats}"
+    )
     for name, ms in timings.items():
         print(f"{name:42s} {ms:9.1f} ms  speed-up {base / ms:5.2f}x")
     print(f"identical tokens: {same}")

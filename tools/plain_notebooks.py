@@ -53,8 +53,11 @@ def bibliography(path: Path = ROOT / "references.bib") -> dict[str, tuple[str, s
 
 def _figures(nb) -> dict[str, int]:
     """Figure name -> its number in this notebook, in order of appearance."""
-    names = [c.metadata["mystnb"]["figure"]["name"] for c in nb.cells
-             if c.cell_type == "code" and "figure" in c.metadata.get("mystnb", {})]  # fmt: skip
+    names = [
+        c.metadata["mystnb"]["figure"]["name"]
+        for c in nb.cells
+        if c.cell_type == "code" and "figure" in c.metadata.get("mystnb", {})
+    ]
     return {name: i + 1 for i, name in enumerate(names)}
 
 

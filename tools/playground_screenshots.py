@@ -27,8 +27,12 @@ SHOTS = [
     ("language_model", "shakespeare_char", []),
     ("brackets", "bracket_classifier", [("#brackets-text", "[[()]]([])")]),
 ]
-STATUS = {"numbers": "numbers-status", "masks": "masks-status", "language_model": "lm-status",
-          "brackets": "brackets-status"}  # fmt: skip
+STATUS = {
+    "numbers": "numbers-status",
+    "masks": "masks-status",
+    "language_model": "lm-status",
+    "brackets": "brackets-status",
+}
 
 
 def main() -> int:

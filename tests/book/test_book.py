@@ -60,7 +60,7 @@ def test_every_cited_key_is_in_the_bibliography():
         "he2016deep",
         "ba2016layer",
     ):
-        assert needed in keys  # fmt: skip
+        assert needed in keys
 
 
 def test_constraints_pin_torch_and_jupyter_book_1():

@@ -14,11 +14,10 @@ TEMPLATE = ROOT / "notebooks" / "00_template.ipynb"
 
 
 def _run_nbval(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", str(path),
-         "--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg"), "--rootdir", str(path.parent)],
-        capture_output=True, text=True, cwd=path.parent, timeout=300,
-    )  # fmt: skip
+    sanitize = ["--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg")]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", str(path), *sanitize]
+    command += ["--rootdir", str(path.parent)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=path.parent, timeout=300)
 
 
 def test_unchanged_copy_passes_and_an_edited_output_fails(tmp_path):
@@ -53,9 +52,13 @@ def test_the_sanitizer_makes_a_gpu_tensor_print_as_on_the_cpu_and_nothing_else()
         return text
 
     # reprs as PyTorch prints them on a CPU and, in the first GPU run (docs/gpu.md), on a GPU
-    pairs = [("tensor([[1, 0],\n        [1, 1]], dtype=torch.int32)",
-              "tensor([[1, 0],\n        [1, 1]], device='cuda:0', dtype=torch.int32)"),
-             ("tensor([[17,  0,  0]])", "tensor([[17,  0,  0]], device='cuda:0')")]  # fmt: skip
+    pairs = [
+        (
+            "tensor([[1, 0],\n        [1, 1]], dtype=torch.int32)",
+            "tensor([[1, 0],\n        [1, 1]], device='cuda:0', dtype=torch.int32)",
+        ),
+        ("tensor([[17,  0,  0]])", "tensor([[17,  0,  0]], device='cuda:0')"),
+    ]
     for cpu, gpu in pairs:
         assert sanitize(gpu) == sanitize(cpu) == cpu
     assert sanitize("on device='cuda:0' here") == "on device='cuda:0' here"  # only a tensor's repr changes

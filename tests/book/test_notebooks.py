@@ -70,8 +70,12 @@ def test_committed_with_outputs_no_errors_and_counts_in_order(path):
     assert any(c.outputs for c in executed), f"{path.name} was committed without outputs"
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{path.name} holds error outputs: {[e.ename for e in errors]}"
-    stderr = [o.text for c in executed for o in c.outputs if o.output_type == "stream" and o.name == "stderr"
-              and "NBVAL_IGNORE_OUTPUT" not in c.source]  # fmt: skip
+    stderr = [
+        o.text
+        for c in executed
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stderr" and "NBVAL_IGNORE_OUTPUT" not in c.source
+    ]
     assert not any("Traceback" in s or "Warning" in s for s in stderr), f"{path.name} prints warnings: {stderr}"
 
 

@@ -46,15 +46,16 @@ def test_no_myst_syntax_is_left_and_answers_are_collapsed(path):
     captions = [t for t in _markdown(copy) if t.startswith("*Figure ")]
     assert len(captions) == len(figures), "every figure needs its caption under it"
     solutions = [c for c in copy.cells if "solution" in c.metadata.get("tags", [])]
-    assert solutions and all(c.metadata.get("cellView") == "form" and c.source.startswith("#@title")
-                             for c in solutions)  # fmt: skip
+    assert solutions and all(c.metadata.get("cellView") == "form" and c.source.startswith("#@title") for c in solutions)
 
 
 def test_conversion_of_each_construct():
     figures, bib = {"fig-a": 1, "fig-b": 2}, {"k1": ("Vaswani et al.", "2017"), "k2": ("Ba et al.", "2016")}
-    text = ("See {numref}`fig-b` and {cite:p}`k1,k2`; {cite:t}`k1` said so.\n\n"
-            "```{admonition} Answer\n:class: dropdown\n\nYes, $x^2$.\n```\n\n"
-            "```{admonition} Pitfalls\n:class: warning\n\n- one\n- two\n```")  # fmt: skip
+    text = (
+        "See {numref}`fig-b` and {cite:p}`k1,k2`; {cite:t}`k1` said so.\n\n"
+        "```{admonition} Answer\n:class: dropdown\n\nYes, $x^2$.\n```\n\n"
+        "```{admonition} Pitfalls\n:class: warning\n\n- one\n- two\n```"
+    )
     plain = plain_notebooks.plain_markdown(text, figures, bib)
     assert "See Figure 2 and (Vaswani et al., 2017; Ba et al., 2016); Vaswani et al. (2017) said so." in plain
     assert "<details>\n<summary>Answer</summary>\n\nYes, $x^2$.\n\n</details>" in plain

@@ -18,8 +18,9 @@ def test_the_portability_pass_switches_torch_to_its_portable_kernels_and_one_thr
     env = _portable_env()
     assert env["ATEN_CPU_CAPABILITY"] == "default" and env["OMP_NUM_THREADS"] == "1", env
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads())"
-    out = subprocess.run([sys.executable, "-c", probe], env={**_clean_env(), **env}, capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env={**_clean_env(), **env}, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["DEFAULT", "1"], out
 
 

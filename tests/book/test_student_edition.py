@@ -50,8 +50,11 @@ def test_no_solution_leaks(edition, path):
     assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
     assert "Solution to exercise" not in text and not re.search(r"def solution_\w+", text)
     # lines the chapter also teaches outside its solutions (e.g. the from-scratch layer norm) are not leaks
-    taught = "\n".join(student_edition.SOLUTION_DROPDOWN.sub("", c.source) for c in teacher.cells
-                        if "solution" not in c.metadata.get("tags", []))  # fmt: skip
+    taught = "\n".join(
+        student_edition.SOLUTION_DROPDOWN.sub("", c.source)
+        for c in teacher.cells
+        if "solution" not in c.metadata.get("tags", [])
+    )
     leaked = [line for line in _solution_lines(teacher) if line in text and line not in taught]
     assert not leaked, f"{path.name}: solution text in the student edition: {leaked[:3]}"
     checkers = [c for c in student.cells if "checker" in c.metadata.get("tags", [])]
@@ -110,8 +113,13 @@ def test_one_student_notebook_runs_top_to_bottom(edition):
         if "nbval-skip" in cell.metadata.get("tags", []):
             cell.source = "pass"
     NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    errors = [(c.source.split("(")[0], o.ename) for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        (c.source.split("(")[0], o.ename)
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
     assert len(errors) >= 3, "each unfinished exercise's checker should stop with NotYetDone"
     assert {ename for _, ename in errors} == {"NotYetDone"}, f"unexpected errors: {errors}"
     last = nb.cells[-1]

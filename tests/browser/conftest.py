@@ -87,8 +87,10 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("playgrounds: files fetched, load and first-answer times (headless Chromium)")
         terminalreporter.write_line(f"{meta['runtime_bytes'] / 1e6:6.2f} MB  onnxruntime-web (once per visit)")
         for key, t in sorted(times.items()):
-            terminalreporter.write_line(f"{meta[key]['bytes'] / 1e6:6.2f} MB  {key}: loaded in {t['load_ms']} ms, "
-                                        f"first answer in {t['first_answer_ms']} ms")  # fmt: skip
+            terminalreporter.write_line(
+                f"{meta[key]['bytes'] / 1e6:6.2f} MB  {key}: loaded in {t['load_ms']} ms, "
+                f"first answer in {t['first_answer_ms']} ms"
+            )
         ARTIFACTS.mkdir(exist_ok=True)
         (ARTIFACTS / "playground-times.json").write_text(json.dumps(times, indent=1))
     skipped = terminalreporter.stats.get("skipped", [])

@@ -39,8 +39,9 @@ def _violations(page, site_url: str, path: str, axe_script: str) -> list[dict]:
     assert response is not None and response.status == 200, f"{path} did not load"
     page.wait_for_load_state("networkidle")
     if page.query_selector(".playground"):  # a playground: check it with its answer, controls and pictures drawn
-        page.wait_for_function("() => Object.values(window.playgroundTimings || {}).some(t => t.first_answer_ms >= 0)",
-                               timeout=120_000)  # fmt: skip
+        page.wait_for_function(
+            "() => Object.values(window.playgroundTimings || {}).some(t => t.first_answer_ms >= 0)", timeout=120_000
+        )
     page.add_script_tag(content=axe_script)
     return page.evaluate(_RUN, RULES)
 
@@ -48,8 +49,9 @@ def _violations(page, site_url: str, path: str, axe_script: str) -> list[dict]:
 @pytest.mark.parametrize("path", toc_pages())
 def test_page_has_no_wcag_a_or_aa_violations(page, site_url, path, axe_script):
     violations = _violations(page, site_url, path, axe_script)
-    report = [f"{v['id']} ({v['impact']}): {v['help']}, {len(v['nodes'])} node(s), e.g. {v['nodes'][0]}"
-              for v in violations]  # fmt: skip
+    report = [
+        f"{v['id']} ({v['impact']}): {v['help']}, {len(v['nodes'])} node(s), e.g. {v['nodes'][0]}" for v in violations
+    ]
     assert not violations, f"{path}:\n" + "\n".join(report)
 
 

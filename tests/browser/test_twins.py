@@ -8,8 +8,11 @@ from .checks import network_problems, toc_pages
 from .conftest import SITE
 
 pytestmark = pytest.mark.browser
-TWIN_PAGES = [p for p in toc_pages() if "transformer_lib slider figure" in (SITE / p).read_text(errors="ignore")] \
-    if SITE.is_dir() else []  # fmt: skip
+TWIN_PAGES = (
+    [p for p in toc_pages() if "transformer_lib slider figure" in (SITE / p).read_text(errors="ignore")]
+    if SITE.is_dir()
+    else []
+)
 
 
 def test_the_chapters_have_twins():

@@ -104,10 +104,13 @@ def test_capture_attention_records_every_layer_and_cleans_up():
     with tl.capture_attention(model) as maps:
         model(src, tgt)
     assert set(maps) == {
-        "encoder.layers.0.self_attn", "encoder.layers.1.self_attn",
-        "decoder.layers.0.self_attn", "decoder.layers.1.self_attn",
-        "decoder.layers.0.cross_attn", "decoder.layers.1.cross_attn",
-    }  # fmt: skip
+        "encoder.layers.0.self_attn",
+        "encoder.layers.1.self_attn",
+        "decoder.layers.0.self_attn",
+        "decoder.layers.1.self_attn",
+        "decoder.layers.0.cross_attn",
+        "decoder.layers.1.cross_attn",
+    }
     assert maps["decoder.layers.1.cross_attn"].shape == (1, 2, 4, 5)
     assert all(not m.keep_weights for m in model.modules() if isinstance(m, tl.MultiHeadAttention))
 

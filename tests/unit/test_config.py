@@ -46,12 +46,15 @@ def test_a_new_config_field_reaches_every_layer_without_touching_the_stacks():
         assert layers and all(layer.config.new_option == "seen" for layer in layers)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: tl.Transformer(vocab_size=13, tgt_vocab_size=9, d_model=16, num_heads=2, pad_id=0),
-    lambda: tl.Transformer(vocab_size=13, d_model=16, num_heads=2, pad_id=4, tie_embeddings=True),
-    lambda: tl.EncoderClassifier(vocab_size=13, d_model=16, num_heads=2, pad_id=0),
-    lambda: tl.EncoderRegressor(vocab_size=13, d_model=16, num_heads=2, pad_id=2, positional="learned"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tl.Transformer(vocab_size=13, tgt_vocab_size=9, d_model=16, num_heads=2, pad_id=0),
+        lambda: tl.Transformer(vocab_size=13, d_model=16, num_heads=2, pad_id=4, tie_embeddings=True),
+        lambda: tl.EncoderClassifier(vocab_size=13, d_model=16, num_heads=2, pad_id=0),
+        lambda: tl.EncoderRegressor(vocab_size=13, d_model=16, num_heads=2, pad_id=2, positional="learned"),
+    ],
+)
 def test_initialisation_keeps_every_padding_row_at_zero(make):
     model = make()
     tables = [m for m in model.modules() if isinstance(m, tl.TokenEmbedding)]

@@ -10,13 +10,20 @@ import torch
 import transformer_lib as tl
 from transformer_lib.distributed import demo_model_and_batches, shard
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+
+
+def _torchrun(*args: str) -> subprocess.CompletedProcess:
+    """transformer_lib.distributed in two processes under torchrun, with `args`."""
+    command = [*TORCHRUN, "-m", "transformer_lib.distributed", *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300
+    )
+
 
 def test_two_processes_average_to_the_gradient_of_the_whole_batch(tmp_path):
     out = tmp_path / "grads.pt"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "transformer_lib.distributed", "--save-grads", str(out)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=300)  # fmt: skip
+    done = _torchrun("--save-grads", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     averaged = torch.load(out)
 
@@ -31,10 +38,7 @@ def test_two_processes_average_to_the_gradient_of_the_whole_batch(tmp_path):
 
 
 def test_two_processes_under_torchrun_train_like_one_process_on_the_whole_batch():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "transformer_lib.distributed", "--steps", "5"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=300)  # fmt: skip
+    done = _torchrun("--steps", "5")
     assert done.returncode == 0, done.stderr[-3000:]
     two = [float(v) for v in done.stdout.split("losses:")[1].split()]
     model, batches = demo_model_and_batches()
@@ -52,6 +56,10 @@ def test_shard_splits_rows_evenly_and_refuses_uneven_batches():
 
 
 def test_the_script_refuses_to_run_outside_torchrun():
-    done = subprocess.run([sys.executable, "-m", "transformer_lib.distributed"], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "RANK"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer_lib.distributed"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "RANK"},
+    )
     assert done.returncode != 0 and "torchrun" in done.stderr

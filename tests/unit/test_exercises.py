@@ -124,8 +124,15 @@ def _padding_ablation(use_mask, mask_always=None):
 
 def _depth_growth(num_layers, final_norm=False, norm_first=True):
     tl.set_seed(0)
-    stack = tl.Encoder(d_model=32, num_heads=4, num_layers=num_layers, d_ff=64, dropout=0.0, norm_first=norm_first,
-                       final_norm=final_norm).eval()  # fmt: skip
+    stack = tl.Encoder(
+        d_model=32,
+        num_heads=4,
+        num_layers=num_layers,
+        d_ff=64,
+        dropout=0.0,
+        norm_first=norm_first,
+        final_norm=final_norm,
+    ).eval()
     with torch.no_grad():
         return stack(torch.randn(4, 10, 32, generator=torch.Generator().manual_seed(1))).std().item()
 
@@ -352,15 +359,23 @@ def test_pre_ln_layer_checker():
 
 def test_greedy_checker():
     src_tok, tgt_tok = tl.CharTokenizer("0123456789"), tl.CharTokenizer("abcdefgh ")
-    model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=16, num_heads=2,
-                           num_layers=1, d_ff=32, dropout=0.0).eval()  # fmt: skip
+    model = tl.Transformer(
+        vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        d_model=16,
+        num_heads=2,
+        num_layers=1,
+        d_ff=32,
+        dropout=0.0,
+    ).eval()
 
     def solution(m, src, bos, eos, n):
         return m.greedy_decode(src, bos, eos, n)
 
     assert ex.check_greedy(solution, model, src_tok, tgt_tok) == ex.CORRECT
-    assert "Start the output with <bos>" in ex.check_greedy(lambda m, s, b, e, n: solution(m, s, b, e, n)[:, 1:],
-                                                            model, src_tok, tgt_tok)  # fmt: skip
+    assert "Start the output with <bos>" in ex.check_greedy(
+        lambda m, s, b, e, n: solution(m, s, b, e, n)[:, 1:], model, src_tok, tgt_tok
+    )
     wrong = lambda m, s, b, e, n: torch.cat([solution(m, s, b, e, n), torch.full((1, 1), tgt_tok.stoi["a"])], dim=1)
     assert "expected" in ex.check_greedy(wrong, model, src_tok, tgt_tok)
 
@@ -369,8 +384,16 @@ def _trained_enough_classifier():
     tl.set_seed(0)
     tok = tl.CharTokenizer("()[]")
     x, y = tl.encode_labelled(tl.brackets_task(200, seed=3, max_pairs=4), tok, bos=True)
-    model = tl.EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=16, num_heads=2, num_layers=2,
-                                 d_ff=32, dropout=0.0, max_len=32).eval()  # fmt: skip
+    model = tl.EncoderClassifier(
+        vocab_size=tok.vocab_size,
+        num_classes=2,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_len=32,
+    ).eval()
     return model, x, y
 
 
@@ -410,8 +433,9 @@ def _token_accuracy(model, src, tgt, ablate, count_pad=False, ignore_ablate=Fals
 
 def test_memory_ablation_checker_compares_with_its_own_measurement():
     tl.set_seed(0)
-    model = tl.Transformer(vocab_size=12, tgt_vocab_size=9, d_model=16, num_heads=2, num_layers=1, d_ff=32,
-                           dropout=0.0).eval()  # fmt: skip
+    model = tl.Transformer(
+        vocab_size=12, tgt_vocab_size=9, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0
+    ).eval()
     src = torch.randint(1, 12, (64, 6), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(1, 9, (64, 7), generator=torch.Generator().manual_seed(2))
     tgt[:32, 5:] = 0  # padding at the end of half the rows
@@ -420,5 +444,6 @@ def test_memory_ablation_checker_compares_with_its_own_measurement():
             layer.cross_attn.out_proj.weight.mul_(30.0)
     assert ex.check_memory_ablation(_token_accuracy, model, src, tgt) == ex.CORRECT
     assert "replace the encoder's output" in ex.check_memory_ablation(
-        lambda *a: _token_accuracy(*a, ignore_ablate=True), model, src, tgt)  # fmt: skip
+        lambda *a: _token_accuracy(*a, ignore_ablate=True), model, src, tgt
+    )
     assert "not padding" in ex.check_memory_ablation(lambda *a: _token_accuracy(*a, count_pad=True), model, src, tgt)

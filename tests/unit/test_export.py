@@ -13,7 +13,7 @@ MODELS = {
     "2017 language model": lambda: tl.DecoderOnlyLM(**SMALL),
     "modern language model": lambda: tl.DecoderOnlyLM(
         **SMALL, positional="rope", norm="rms", activation="swiglu", num_kv_heads=2, bias=False, norm_first=True
-    ),  # fmt: skip
+    ),
     "classifier": lambda: tl.EncoderClassifier(num_classes=2, **SMALL),
     "encoder-decoder": lambda: tl.Transformer(**SMALL, norm_first=True),
 }
@@ -93,8 +93,10 @@ def test_shipped_models_in_onnxruntime_give_pytorchs_outputs_at_several_lengths(
     for length in (1, 9, 40 if name != "numbers_to_words" else 12):
         inputs = (torch.randint(4, vocab, (1, length), generator=g),)  # ids after the four specials
         if name == "numbers_to_words":
-            inputs = (torch.randint(4, 14, (1, 5), generator=g), torch.randint(4, model.config.tgt_vocab_size,
-                                                                               (1, length), generator=g))  # fmt: skip
+            inputs = (
+                torch.randint(4, 14, (1, 5), generator=g),
+                torch.randint(4, model.config.tgt_vocab_size, (1, length), generator=g),
+            )
         with torch.no_grad():
             expected = reference(*inputs)
         got = session.run(None, {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)})

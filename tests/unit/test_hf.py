@@ -15,8 +15,9 @@ from transformer_lib.hf import from_hf, to_hf
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=50, n_embd=32, n_head=4, n_layer=2, n_positions=64,
-                                     bos_token_id=None, eos_token_id=None)  # fmt: skip
+    config = transformers.GPT2Config(
+        vocab_size=50, n_embd=32, n_head=4, n_layer=2, n_positions=64, bos_token_id=None, eos_token_id=None
+    )
     folder = tmp_path_factory.mktemp("gpt2")
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     return transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
@@ -47,9 +48,18 @@ def test_greedy_generation_with_our_kv_cache_equals_hugging_face_generate(gpt2):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=0)  # fmt: skip
+    config = transformers.LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     folder = tmp_path_factory.mktemp("llama")
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     return transformers.LlamaForCausalLM.from_pretrained(folder).eval()
@@ -80,7 +90,13 @@ def test_clear_errors(gpt2):
     not_llama = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64, positional="rope")
     with pytest.raises(ValueError, match="not a Llama architecture; these fields differ"):
         to_hf(not_llama)
-    odd = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                   num_attention_heads=4, hidden_act="gelu")  # fmt: skip
+    odd = transformers.LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        hidden_act="gelu",
+    )
     with pytest.raises(ValueError, match="differs from what the book builds: {'hidden_act': 'gelu'}"):
         from_hf(transformers.LlamaForCausalLM(odd))

@@ -63,8 +63,9 @@ def test_cross_attention_different_lengths_matches_torch(d_model, num_heads):
 @pytest.mark.parametrize("masks", MASK_CASES)
 @pytest.mark.parametrize("B", [1, 2])
 def test_encoder_layer_matches_torch(d_model, num_heads, norm_first, masks, B):
-    theirs = nn.TransformerEncoderLayer(d_model, num_heads, 2 * d_model + 3, dropout=0.0, batch_first=True,
-                                        norm_first=norm_first).eval()  # fmt: skip
+    theirs = nn.TransformerEncoderLayer(
+        d_model, num_heads, 2 * d_model + 3, dropout=0.0, batch_first=True, norm_first=norm_first
+    ).eval()
     ours = from_torch(theirs).eval()
     S = 6
     x = torch.randn(B, S, d_model)
@@ -76,8 +77,9 @@ def test_encoder_layer_matches_torch(d_model, num_heads, norm_first, masks, B):
         kw["src_mask"] = tl.to_torch_convention(tl.causal_mask(S))
     ref = theirs(x, **kw)
     assert torch.allclose(ours(x, ours_mask), ref, atol=ATOL)
-    fresh = nn.TransformerEncoderLayer(d_model, num_heads, 2 * d_model + 3, dropout=0.0, batch_first=True,
-                                       norm_first=norm_first).eval()  # fmt: skip
+    fresh = nn.TransformerEncoderLayer(
+        d_model, num_heads, 2 * d_model + 3, dropout=0.0, batch_first=True, norm_first=norm_first
+    ).eval()
     load_into_torch(fresh, ours)
     assert torch.allclose(fresh(x, **kw), ref, atol=ATOL)
 
@@ -88,8 +90,9 @@ def test_encoder_layer_matches_torch(d_model, num_heads, norm_first, masks, B):
 @pytest.mark.parametrize("lengths", [(5, 5), (3, 7), (7, 2)])
 def test_decoder_layer_matches_torch(d_model, num_heads, norm_first, masks, lengths):
     T, S = lengths
-    theirs = nn.TransformerDecoderLayer(d_model, num_heads, 48, dropout=0.0, batch_first=True,
-                                        norm_first=norm_first).eval()  # fmt: skip
+    theirs = nn.TransformerDecoderLayer(
+        d_model, num_heads, 48, dropout=0.0, batch_first=True, norm_first=norm_first
+    ).eval()
     ours = from_torch(theirs).eval()
     B = 2
     x, mem = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
@@ -111,21 +114,34 @@ def test_decoder_layer_matches_torch(d_model, num_heads, norm_first, masks, leng
 @pytest.mark.parametrize("B,S,T", [(1, 7, 4), (3, 4, 9), (2, 6, 6)])
 def test_full_transformer_matches_torch_both_directions(norm_first, activation, B, S, T):
     d_model, h = 36, 3
-    theirs = nn.Transformer(d_model, h, 2, 3, 50, dropout=0.0, activation=activation, batch_first=True,
-                            norm_first=norm_first).eval()  # fmt: skip
+    theirs = nn.Transformer(
+        d_model, h, 2, 3, 50, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
     ours = from_torch(theirs, vocab_size=11).eval()
     src, tgt = torch.randn(B, S, d_model), torch.randn(B, T, d_model)
     src_mask, src_kpm = _padding(B, S, [S, 2, 3][:B])
     tgt_pad, tgt_kpm = _padding(B, T, [T, 3, 1][:B])
     causal = tl.causal_mask(T)
-    ref = theirs(src, tgt, tgt_mask=tl.to_torch_convention(causal), src_key_padding_mask=src_kpm,
-                 tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm)  # fmt: skip
+    ref = theirs(
+        src,
+        tgt,
+        tgt_mask=tl.to_torch_convention(causal),
+        src_key_padding_mask=src_kpm,
+        tgt_key_padding_mask=tgt_kpm,
+        memory_key_padding_mask=src_kpm,
+    )
     memory = ours.encoder(src, src_mask)
     out = ours.decoder(tgt, memory, tl.combine_masks(tgt_pad, causal), src_mask)
     assert torch.allclose(out, ref, atol=ATOL)
     back = to_torch(ours).eval()
-    again = back(src, tgt, tgt_mask=tl.to_torch_convention(causal), src_key_padding_mask=src_kpm,
-                 tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm)  # fmt: skip
+    again = back(
+        src,
+        tgt,
+        tgt_mask=tl.to_torch_convention(causal),
+        src_key_padding_mask=src_kpm,
+        tgt_key_padding_mask=tgt_kpm,
+        memory_key_padding_mask=src_kpm,
+    )
     assert torch.allclose(again, ref, atol=ATOL)
 
 

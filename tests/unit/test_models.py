@@ -61,8 +61,9 @@ def test_kv_cache_gives_the_same_tokens_and_logits(norm_first, positional):
     greedy_plain = lm.generate(prompt, 30, temperature=0.0, use_cache=False)
     assert torch.equal(greedy_cached, greedy_plain)
     sampled_cached = lm.generate(prompt, 30, temperature=1.0, top_k=5, rng=torch.Generator().manual_seed(0))
-    sampled_plain = lm.generate(prompt, 30, temperature=1.0, top_k=5, use_cache=False,
-                                rng=torch.Generator().manual_seed(0))  # fmt: skip
+    sampled_plain = lm.generate(
+        prompt, 30, temperature=1.0, top_k=5, use_cache=False, rng=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(sampled_cached, sampled_plain)
     # logits of the last step, computed incrementally and all at once
     caches = lm.new_cache()
@@ -120,8 +121,16 @@ def test_tied_embeddings_share_storage():
 
 
 def test_models_run_with_odd_sizes_and_batch_of_one():
-    model = tl.Transformer(vocab_size=7, tgt_vocab_size=9, d_model=30, num_heads=5, num_layers=1,
-                           num_decoder_layers=3, d_ff=31, dropout=0.0)  # fmt: skip
+    model = tl.Transformer(
+        vocab_size=7,
+        tgt_vocab_size=9,
+        d_model=30,
+        num_heads=5,
+        num_layers=1,
+        num_decoder_layers=3,
+        d_ff=31,
+        dropout=0.0,
+    )
     out = model(torch.randint(0, 7, (1, 4)), torch.randint(0, 9, (1, 11)))
     assert out.shape == (1, 11, 9)
     assert len(model.decoder.layers) == 3
@@ -142,12 +151,18 @@ def test_encoder_decoder_greedy_decode_is_the_same_with_and_without_the_cache(no
     fast, slow = (model.greedy_decode(full, 1, -1, 25, use_cache=flag) for flag in (True, False))
     assert torch.equal(fast, slow)
     full_memory = model.encode(full)
-    assert torch.allclose(model.decode(fast, full_memory, None),
-                          model.decode(fast, full_memory, model.make_src_mask(full)), atol=1e-5)  # fmt: skip
+    assert torch.allclose(
+        model.decode(fast, full_memory, None), model.decode(fast, full_memory, model.make_src_mask(full)), atol=1e-5
+    )
     caches = model.new_cache()
     memory = model.encode(src)
-    step_by_step = torch.cat([model.decode(plain[:, t : t + 1], memory, model.make_src_mask(src), caches=caches)
-                              for t in range(plain.shape[1])], dim=1)  # fmt: skip
+    step_by_step = torch.cat(
+        [
+            model.decode(plain[:, t : t + 1], memory, model.make_src_mask(src), caches=caches)
+            for t in range(plain.shape[1])
+        ],
+        dim=1,
+    )
     # one token at a time through the cache gives the logits of one full pass, at the rows not yet done
     full = model.decode(plain, memory, model.make_src_mask(src))
     assert torch.allclose(step_by_step[0], full[0], atol=1e-5)
@@ -190,8 +205,11 @@ def test_a_static_cache_is_filled_once_and_refuses_what_it_cannot_be():
         rotary(x, x, x, cache=tl.KVCache(static=True))
     model = tl.Transformer(vocab_size=13, **SMALL)
     with pytest.raises(ValueError, match="cross_caches"):
-        model.decode(torch.ones(1, 1, dtype=torch.long), torch.randn(1, 3, model.config.d_model),
-                     cross_caches=model.new_cross_cache()[:1])  # fmt: skip
+        model.decode(
+            torch.ones(1, 1, dtype=torch.long),
+            torch.randn(1, 3, model.config.d_model),
+            cross_caches=model.new_cross_cache()[:1],
+        )
 
 
 def test_nucleus_keeps_the_smallest_likeliest_set_reaching_top_p():
@@ -219,9 +237,15 @@ def test_top_p_sampling_keeps_only_the_nucleus_and_tiny_top_p_is_greedy():
     assert torch.equal(full, plain)  # top_p = 1 keeps every token
 
 
-@pytest.mark.parametrize("bad, message", [(dict(top_p=0.0), "top_p must be in"), (dict(top_p=1.5), "top_p must be in"),
-                                          (dict(temperature=-0.5), "temperature must be >= 0"),
-                                          (dict(top_k=0), "top_k must be at least 1")])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(top_p=0.0), "top_p must be in"),
+        (dict(top_p=1.5), "top_p must be in"),
+        (dict(temperature=-0.5), "temperature must be >= 0"),
+        (dict(top_k=0), "top_k must be at least 1"),
+    ],
+)
 def test_bad_sampling_settings_are_clear_errors_even_for_greedy(bad, message):
     lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL).eval()
     settings = dict(temperature=0.0) | bad

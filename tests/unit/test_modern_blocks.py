@@ -26,8 +26,9 @@ def test_rms_norm_equals_torch_rms_norm():
 
 
 def test_norm_field_reaches_every_norm_of_every_stack():
-    cfg = tl.TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=2, d_ff=32, norm="rms",
-                               norm_first=True)  # fmt: skip
+    cfg = tl.TransformerConfig(
+        vocab_size=11, d_model=16, num_heads=2, num_layers=2, d_ff=32, norm="rms", norm_first=True
+    )
     model = tl.Transformer(cfg)
     norms = [m for m in model.modules() if isinstance(m, (tl.LayerNorm, tl.RMSNorm))]
     assert norms and all(isinstance(m, tl.RMSNorm) for m in norms)
@@ -49,12 +50,20 @@ def test_two_thirds_width_keeps_the_parameter_count():
 
 
 def test_bias_field_removes_every_projection_bias():
-    cfg = tl.TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=1, d_ff=32, bias=False,
-                               activation="swiglu", norm="rms")  # fmt: skip
+    cfg = tl.TransformerConfig(
+        vocab_size=11, d_model=16, num_heads=2, num_layers=1, d_ff=32, bias=False, activation="swiglu", norm="rms"
+    )
     lm = tl.DecoderOnlyLM(cfg)
     layer = lm.decoder.layers[0]
-    linears = [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
-               layer.feed_forward.linear1, layer.feed_forward.linear2, layer.feed_forward.linear3]  # fmt: skip
+    linears = [
+        layer.self_attn.q_proj,
+        layer.self_attn.k_proj,
+        layer.self_attn.v_proj,
+        layer.self_attn.out_proj,
+        layer.feed_forward.linear1,
+        layer.feed_forward.linear2,
+        layer.feed_forward.linear3,
+    ]
     assert all(m.bias is None for m in linears)
     out = lm(torch.randint(1, 11, (2, 6)))
     assert out.shape == (2, 6, 11) and torch.isfinite(out).all()
@@ -118,8 +127,9 @@ def test_kv_cache_memory_shrinks_with_the_key_value_heads():
     sizes = {}
     for kv in (8, 2, 1):
         torch.manual_seed(0)
-        lm = tl.DecoderOnlyLM(vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64,
-                              dropout=0.0).eval()  # fmt: skip
+        lm = tl.DecoderOnlyLM(
+            vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64, dropout=0.0
+        ).eval()
         prompt = torch.randint(1, 20, (1, 4))
         with_cache = lm.generate(prompt, max_new_tokens=12, temperature=0.0)
         assert torch.equal(with_cache, lm.generate(prompt, max_new_tokens=12, temperature=0.0, use_cache=False))
@@ -194,8 +204,10 @@ def test_rope_errors_and_interop_are_clear():
     with pytest.raises(ValueError, match="no rotary positions"):
         tl.to_torch(tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"))
     with pytest.raises(ValueError, match="no rotary positions"):
-        tl.load_from_torch(tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"),
-                           nn.TransformerEncoderLayer(16, 2, 32, batch_first=True))  # fmt: skip
+        tl.load_from_torch(
+            tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, positional="rope"),
+            nn.TransformerEncoderLayer(16, 2, 32, batch_first=True),
+        )
 
 
 def test_a_preallocated_kv_cache_gives_the_same_keys_and_tokens():
@@ -218,8 +230,9 @@ def test_the_kv_cache_memory_shrinks_with_the_key_value_heads():
     held = {}
     for kv in (8, 2, 1):
         torch.manual_seed(0)
-        lm = tl.DecoderOnlyLM(vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64,
-                              dropout=0.0, max_len=64).eval()  # fmt: skip
+        lm = tl.DecoderOnlyLM(
+            vocab_size=20, d_model=64, num_heads=8, num_kv_heads=kv, num_layers=2, d_ff=64, dropout=0.0, max_len=64
+        ).eval()
         caches = lm.new_cache(capacity=40)
         lm(torch.randint(0, 20, (3, 40)), caches)
         held[kv] = sum(c.nbytes for c in caches)

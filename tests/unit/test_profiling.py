@@ -22,8 +22,10 @@ def test_attention_weights_path_keeps_quadratic_memory_and_the_fused_path_does_n
     kept = {}
     for S in (128, 256):
         x = torch.randn(1, S, 32, requires_grad=True)
-        kept[S] = (tl.saved_tensor_bytes(lambda x=x: mha(x, x, x, need_weights=True)),
-                   tl.saved_tensor_bytes(lambda x=x: mha(x, x, x)))  # fmt: skip
+        kept[S] = (
+            tl.saved_tensor_bytes(lambda x=x: mha(x, x, x, need_weights=True)),
+            tl.saved_tensor_bytes(lambda x=x: mha(x, x, x)),
+        )
     weights_growth, fused_growth = kept[256][0] / kept[128][0], kept[256][1] / kept[128][1]
     assert weights_growth > 3.0 and fused_growth < 2.5
     assert kept[256][0] >= 4 * 256 * 256 * 4  # at least the (1, 4, S, S) float weights
