@@ -31,9 +31,7 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib import checkpoints
-from transformer_lib.data import SPECIALS
 from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
-from transformer_lib.models import nucleus
 
 ROOT = Path(__file__).resolve().parents[1]
 ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
@@ -51,12 +49,15 @@ MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causa
 def specials(tok) -> dict[str, int]:
     """The tokenizer's special tokens as the pages read them from meta.json: each one's id by name, and
     `count`, the number of ids before the vocabulary's own tokens: {"pad": 0, "bos": 1, "eos": 2, "unk": 3, "count": 4}.
-    The ids are the tokenizer's own (tok.pad_id, ...), checked against its itos, so a page never hard-codes one."""
-    ids = {s.strip("<>"): getattr(tok, f"{s.strip('<>')}_id") for s in SPECIALS}  # "<pad>" -> tok.pad_id
-    wrong = [f"{name}_id = {i}" for name, i in ids.items() if tok.itos[i] != f"<{name}>"]
-    if wrong or sorted(ids.values()) != list(range(len(SPECIALS))):
-        raise SystemExit(f"{type(tok).__name__}: the specials are not the first {len(SPECIALS)} ids ({wrong or ids})")
-    return {**ids, "count": len(SPECIALS)}
+
+    All of it comes from the tokenizer itself: its `<name>_id` attributes (tok.pad_id, ...), checked against
+    its itos, and the ids its `tokens` drops as specials. So no page hard-codes an id."""
+    ids = {a.removesuffix("_id"): getattr(tok, a) for a in dir(tok) if a.endswith("_id") and not a.startswith("_")}
+    wrong = [f"{name}_id = {i}" for name, i in ids.items() if not isinstance(i, int) or tok.itos[i] != f"<{name}>"]
+    count = len(tok.itos) - len(tok.tokens(range(len(tok.itos)), stop_at_eos=False))  # what `tokens` drops
+    if wrong or sorted(ids.values()) != list(range(count)):
+        raise SystemExit(f"{type(tok).__name__}: its specials are not its first {count} ids ({wrong or ids})")
+    return {**ids, "count": count}
 
 
 def _check(name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected) -> float:
@@ -106,14 +107,14 @@ def _greedy_with_margin(model, prompt: torch.Tensor, n: int) -> tuple[torch.Tens
 
 
 def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first new token's probabilities: (the model's, at temperature 1; those models._sample_next draws from
+    """The first new token's probabilities: (the model's, at temperature 1; those the library's _sample_next draws from
     with SAMPLING's temperature, top-k and top-p), each (V,). The same steps as _sample_next, which draws at once."""
     with torch.no_grad():
         logits = model(prompt)[0, -1]  # (V,)
     scaled = logits / SAMPLING["temperature"]
     kth = scaled.topk(SAMPLING["top_k"]).values[-1]
     scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    scaled = scaled.masked_fill(~nucleus(scaled, SAMPLING["top_p"]), float("-inf"))
+    scaled = scaled.masked_fill(~tl.nucleus(scaled, SAMPLING["top_p"]), float("-inf"))
     return logits.softmax(-1), scaled.softmax(-1)
 
 

@@ -110,7 +110,7 @@ def test_language_model_at_temperature_0_writes_pytorchs_greedy_text(page, site_
 
 
 def test_language_model_samples_from_pytorchs_distribution_after_temperature_top_k_and_top_p(page, site_url, expected):
-    """One step at temperature 0.8, top-k 5, top-p 0.6: the table's two columns are models._sample_next's numbers."""
+    """One step at temperature 0.8, top-k 5, top-p 0.6: the table's two columns are _sample_next's numbers."""
     _open(page, site_url, "shakespeare_char")
     case = expected["shakespeare_char"]["sampling"]
     page.fill("#lm-prompt", case["prompt"])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib import corpus
-from transformer_lib.bpe import BPETokenizer, _merge, load_bpe, pretokenize, train_bpe
+from transformer_lib.tokenization import BPETokenizer, _merge, load_bpe, pretokenize, train_bpe
 
 
 @pytest.fixture(scope="module")

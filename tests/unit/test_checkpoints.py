@@ -6,16 +6,16 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib import checkpoints
+from transformer_lib import checkpoints, recipes
 
 
 def test_every_recipe_has_a_shipped_checkpoint_and_back():
     shipped = sorted(p.stem for p in checkpoints.CHECKPOINT_DIR.glob("*.pt"))
-    assert shipped == sorted(checkpoints.RECIPES), "run `python tools/train_checkpoints.py` after changing a recipe"
+    assert shipped == sorted(recipes.RECIPES), "run `python tools/train_checkpoints.py` after changing a recipe"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(checkpoints.RECIPES))
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
 def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
     """Re-run the recipe's first steps here and compare the losses with those the checkpoint recorded.
 
@@ -24,7 +24,7 @@ def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
     """
     _, meta = tl.load_checkpoint(name)
     first = meta["first_losses"]
-    model, history, _ = checkpoints.RECIPES[name](steps=len(first))
+    model, history, _ = recipes.RECIPES[name](steps=len(first))
     assert len(first) >= 10 and history.losses == pytest.approx(first, abs=1e-3)
     _, longer = tl.load_checkpoint(name)
     assert longer["steps"] > len(first)
@@ -33,7 +33,7 @@ def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
 def test_bracket_classifier_checkpoint_keeps_the_chapter_promise():
     model, meta = tl.load_checkpoint("bracket_classifier")
     assert isinstance(model, tl.EncoderClassifier) and not model.training
-    _, _, _, x_test, y_test = checkpoints.bracket_classifier_data()
+    _, _, _, x_test, y_test = recipes.bracket_classifier_data()
     accuracy = tl.classification_accuracy(model, x_test, y_test)
     assert accuracy >= 0.95
     assert accuracy == pytest.approx(meta["evals"][-1]["test accuracy"], abs=0.005)
@@ -43,7 +43,7 @@ def test_numbers_to_words_checkpoint_keeps_the_chapter_promise():
     """The encoder-decoder the website's playground exports: at least 99% exact match on 1000 unseen numbers."""
     model, meta = tl.load_checkpoint("numbers_to_words")
     assert isinstance(model, tl.Transformer) and not model.training
-    src_tok, tgt_tok, _, _, test_src, test_tgt = checkpoints.numbers_to_words_data()
+    src_tok, tgt_tok, _, _, test_src, test_tgt = recipes.numbers_to_words_data()
     accuracy = tl.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
     assert accuracy >= 0.99 and accuracy == pytest.approx(meta["evals"][-1]["exact match"], abs=0.005)
     out = model.greedy_decode(torch.tensor([src_tok.encode("04021")]), tgt_tok.bos_id, tgt_tok.eos_id, 10)
@@ -79,25 +79,25 @@ def _bits_per_char(nats_per_token: float, ids: torch.Tensor, tok, block: int) ->
 @pytest.mark.slow
 def test_shakespeare_checkpoints_keep_the_chapter_promise():
     """Both long runs end at least 25% below the character bigram, in bits per character of the held-out play."""
-    char_tok, char_train, char_valid = checkpoints.shakespeare_data("char")
+    char_tok, char_train, char_valid = recipes.shakespeare_data("char")
     bigram_nats = tl.bigram_loss(char_train, char_valid, char_tok.vocab_size)
     bigram_bits = bigram_nats * (char_valid.numel() - 1) / len(char_tok.decode(char_valid[1:].tolist())) / math.log(2)
     for level in ("char", "bpe"):
         model, meta = tl.load_checkpoint(f"shakespeare_{level}")
         assert isinstance(model, tl.DecoderOnlyLM) and not model.training
-        tok, _, valid = (char_tok, char_train, char_valid) if level == "char" else checkpoints.shakespeare_data("bpe")
-        nats = tl.lm_eval_loss(model, valid, checkpoints.SHAKESPEARE_BLOCK)
+        tok, _, valid = (char_tok, char_train, char_valid) if level == "char" else recipes.shakespeare_data("bpe")
+        nats = tl.lm_eval_loss(model, valid, recipes.SHAKESPEARE_BLOCK)
         assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
-        assert _bits_per_char(nats, valid, tok, checkpoints.SHAKESPEARE_BLOCK) < 0.75 * bigram_bits
+        assert _bits_per_char(nats, valid, tok, recipes.SHAKESPEARE_BLOCK) < 0.75 * bigram_bits
 
 
 @pytest.mark.slow
 def test_a_recipe_with_dropout_does_not_depend_on_what_the_caller_drew_before():
     """The Shakespeare recipes train with dropout; their masks come from a generator the recipe seeds."""
-    first = checkpoints.RECIPES["shakespeare_char"](steps=2)[1].losses
+    first = recipes.RECIPES["shakespeare_char"](steps=2)[1].losses
     torch.randn(1000)  # the caller's global generator moves on
     state = torch.random.get_rng_state()
-    again = checkpoints.RECIPES["shakespeare_char"](steps=2)[1].losses
+    again = recipes.RECIPES["shakespeare_char"](steps=2)[1].losses
     assert first == again
     assert torch.equal(torch.random.get_rng_state(), state)  # and the caller's generator is left as it was
 
@@ -107,9 +107,9 @@ def test_a_recipe_with_dropout_does_not_depend_on_what_the_caller_drew_before():
 def test_the_two_blocks_of_the_modern_chapter_are_what_they_say_and_their_recorded_loss_holds(block):
     """The chapter "From 2017 to today" reads these runs' recorded held-out losses: recompute them here."""
     model, meta = tl.load_checkpoint(f"shakespeare_{block}")
-    for field, value in checkpoints.SHAKESPEARE_BLOCKS[block].items():
+    for field, value in recipes.SHAKESPEARE_BLOCKS[block].items():
         assert getattr(model.config, field) == value, field
-    tok, _, valid = checkpoints.shakespeare_data("char")
-    nats = tl.lm_eval_loss(model, valid, checkpoints.SHAKESPEARE_BLOCK)
+    tok, _, valid = recipes.shakespeare_data("char")
+    nats = tl.lm_eval_loss(model, valid, recipes.SHAKESPEARE_BLOCK)
     assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
     assert meta["steps"] == 3000 and len(meta["losses"]) == 3000

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from transformer_lib import data
+from transformer_lib import tasks, tokenization
 
 
 def test_tokenizer_round_trip_and_specials():
-    tok = data.CharTokenizer("abc ")
+    tok = tokenization.CharTokenizer("abc ")
     ids = tok.encode("cab a", bos=True, eos=True)
     assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
     assert tok.decode(ids) == "cab a"
@@ -14,10 +14,10 @@ def test_tokenizer_round_trip_and_specials():
 
 
 def test_pad_sequences():
-    out = data.pad_sequences([[5, 6, 7], [8]], pad_id=0)
+    out = tasks.pad_sequences([[5, 6, 7], [8]], pad_id=0)
     assert out.tolist() == [[5, 6, 7], [8, 0, 0]]
     with pytest.raises(ValueError, match="shorter than the longest"):
-        data.pad_sequences([[1, 2, 3]], 0, length=2)
+        tasks.pad_sequences([[1, 2, 3]], 0, length=2)
 
 
 @pytest.mark.parametrize(
@@ -27,74 +27,74 @@ def test_pad_sequences():
      (999999, "nine hundred ninety-nine thousand nine hundred ninety-nine")],
 )  # fmt: skip
 def test_number_to_words(n, words):
-    assert data.number_to_words(n) == words
+    assert tasks.number_to_words(n) == words
 
 
 def test_tasks_are_deterministic_and_distinct():
-    assert data.reverse_task(50, seed=3) == data.reverse_task(50, seed=3)
-    assert data.reverse_task(50, seed=3) != data.reverse_task(50, seed=4)
-    pairs = data.reverse_task(200, seed=0)
+    assert tasks.reverse_task(50, seed=3) == tasks.reverse_task(50, seed=3)
+    assert tasks.reverse_task(50, seed=3) != tasks.reverse_task(50, seed=4)
+    pairs = tasks.reverse_task(200, seed=0)
     assert all(t == s[::-1] for s, t in pairs)
     assert len({s for s, _ in pairs}) == 200
-    assert all(s == t for s, t in data.copy_task(20))
-    nums = data.numbers_to_words_task(100, seed=1)
+    assert all(s == t for s, t in tasks.copy_task(20))
+    nums = tasks.numbers_to_words_task(100, seed=1)
     assert len({s for s, _ in nums}) == 100
-    assert all(data.number_to_words(int(s)) == t for s, t in nums)
+    assert all(tasks.number_to_words(int(s)) == t for s, t in nums)
 
 
 def test_brackets_are_labelled_correctly_and_balanced_in_count():
-    items = data.brackets_task(400, seed=0)
-    assert all(label == int(data.is_balanced(s)) for s, label in items)
+    items = tasks.brackets_task(400, seed=0)
+    assert all(label == int(tasks.is_balanced(s)) for s, label in items)
     assert sum(label for _, label in items) == 200
-    assert data.is_balanced("([])[]") and not data.is_balanced("([)]") and not data.is_balanced("((")
+    assert tasks.is_balanced("([])[]") and not tasks.is_balanced("([)]") and not tasks.is_balanced("((")
 
 
 def test_brackets_task_refuses_more_examples_than_exist():
     with pytest.raises(ValueError, match=r"found only \d+ distinct examples for n=5000 with 1 to 2 pairs"):
-        data.brackets_task(5000, seed=0, min_pairs=1, max_pairs=2)
+        tasks.brackets_task(5000, seed=0, min_pairs=1, max_pairs=2)
 
 
 def test_corpus_is_deterministic_text():
-    a, b = data.char_corpus(50, seed=0), data.char_corpus(50, seed=0)
-    assert a == b and a.count("\n") == 50 and a != data.char_corpus(50, seed=1)
+    a, b = tasks.char_corpus(50, seed=0), tasks.char_corpus(50, seed=0)
+    assert a == b and a.count("\n") == 50 and a != tasks.char_corpus(50, seed=1)
 
 
 def test_split_is_a_disjoint_partition():
-    train, val, test = data.split_data(list(range(100)), (0.8, 0.1, 0.1), seed=0)
+    train, val, test = tasks.split_data(list(range(100)), (0.8, 0.1, 0.1), seed=0)
     assert (len(train), len(val), len(test)) == (80, 10, 10)
     assert sorted(train + val + test) == list(range(100))
 
 
 def test_encode_pairs_and_batches():
-    tok = data.CharTokenizer("abc")
-    src, tgt = data.encode_pairs([("ab", "ba"), ("abc", "cba")], tok, tok)
+    tok = tokenization.CharTokenizer("abc")
+    src, tgt = tasks.encode_pairs([("ab", "ba"), ("abc", "cba")], tok, tok)
     assert src.shape == (2, 3) and tgt.shape == (2, 5)
     assert tgt[0].tolist() == [tok.bos_id, *tok.encode("ba"), tok.eos_id, tok.pad_id]
-    batches = list(data.iterate_batches(src, tgt, batch_size=1, shuffle=False, pad_id=tok.pad_id))
+    batches = list(tasks.iterate_batches(src, tgt, batch_size=1, shuffle=False, pad_id=tok.pad_id))
     assert [b[0].shape for b in batches] == [(1, 2), (1, 3)]  # all-pad columns trimmed
 
 
 def test_encode_labelled_with_and_without_bos():
-    tok = data.CharTokenizer("()")
-    x, y = data.encode_labelled([("()", 1), ("(", 0)], tok)
+    tok = tokenization.CharTokenizer("()")
+    x, y = tasks.encode_labelled([("()", 1), ("(", 0)], tok)
     assert x.tolist() == [[4, 5], [4, 0]] and y.tolist() == [1, 0] and y.dtype == torch.long
-    xb, _ = data.encode_labelled([("()", 1)], tok, bos=True)
+    xb, _ = tasks.encode_labelled([("()", 1)], tok, bos=True)
     assert xb.tolist() == [[tok.bos_id, 4, 5]]
-    _, yf = data.encode_labelled([("(", 0.5)], tok)
+    _, yf = tasks.encode_labelled([("(", 0.5)], tok)
     assert yf.dtype == torch.float32
 
 
 def test_lm_batches_are_shifted_by_one():
     ids = torch.arange(100)
-    x, y = next(data.lm_batches(ids, block_size=8, batch_size=4, rng=torch.Generator().manual_seed(0)))
+    x, y = next(tasks.lm_batches(ids, block_size=8, batch_size=4, rng=torch.Generator().manual_seed(0)))
     assert x.shape == y.shape == (4, 8)
     assert torch.equal(y, x + 1)
 
 
 def test_word_tokenizer_round_trip_keeps_hyphens_and_marks_unknown_words():
-    pairs = data.numbers_to_words_task(3000, seed=1)
-    tok = data.WordTokenizer.from_texts(t for _, t in pairs)
-    assert data.WordTokenizer.split("twenty-seven thousand") == ["twenty-", "seven", "thousand"]
+    pairs = tasks.numbers_to_words_task(3000, seed=1)
+    tok = tokenization.WordTokenizer.from_texts(t for _, t in pairs)
+    assert tokenization.WordTokenizer.split("twenty-seven thousand") == ["twenty-", "seven", "thousand"]
     for _, text in pairs:
         ids = tok.encode(text, bos=True, eos=True)
         assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id and tok.unk_id not in ids
@@ -102,6 +102,6 @@ def test_word_tokenizer_round_trip_keeps_hyphens_and_marks_unknown_words():
     assert tok.encode("seven apples") == [tok.stoi["seven"], tok.unk_id]
     assert tok.decode(tok.encode("seven") + [tok.eos_id, tok.stoi["one"]]) == "seven"
     with pytest.raises(ValueError, match="single words"):
-        data.WordTokenizer(["two words"])
+        tokenization.WordTokenizer(["two words"])
     with pytest.raises(TypeError, match="str"):
         tok.encode(7)

@@ -10,36 +10,37 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib import data, training
+from transformer_lib import tasks, tokenization, training
 
 pytestmark = pytest.mark.slow
 
 
 def _train_seq2seq(pairs, src_tok, tgt_tok, steps, lr=3e-3, warmup=100):
     g = tl.set_seed(0)
-    train, test = data.split_data(pairs, (0.9, 0.1), seed=0)
+    train, test = tasks.split_data(pairs, (0.9, 0.1), seed=0)
     assert not {s for s, _ in train} & {s for s, _ in test}, "held-out inputs must be unseen"
-    src, tgt = data.encode_pairs(train, src_tok, tgt_tok)
+    src, tgt = tasks.encode_pairs(train, src_tok, tgt_tok)
     model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
                            num_heads=4, num_layers=2, d_ff=256, dropout=0.0, max_len=64)  # fmt: skip
-    batches = data.iterate_batches(src, tgt, batch_size=64, rng=g, pad_id=src_tok.pad_id, forever=True)
+    batches = tasks.iterate_batches(src, tgt, batch_size=64, rng=g, pad_id=src_tok.pad_id, forever=True)
     hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=lr, warmup=warmup, progress=False)
-    test_src, test_tgt = data.encode_pairs(test[:1000], src_tok, tgt_tok)
+    test_src, test_tgt = tasks.encode_pairs(test[:1000], src_tok, tgt_tok)
     acc = training.exact_match(model, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)
     print(f"{len(hist.steps)} steps in {hist.seconds:.1f}s, held-out exact match {acc:.4f}")
     return acc, hist
 
 
 def test_reverse_task_reaches_99_percent_exact_match():
-    tok = data.CharTokenizer("abcdefghijklmnop")
-    acc, hist = _train_seq2seq(data.reverse_task(12000, seed=0), tok, tok, steps=500)
+    tok = tokenization.CharTokenizer("abcdefghijklmnop")
+    acc, hist = _train_seq2seq(tasks.reverse_task(12000, seed=0), tok, tok, steps=500)
     assert len(hist.steps) == 500
     assert acc >= 0.99
 
 
 def test_numbers_to_words_reaches_99_percent_exact_match():
-    pairs = data.numbers_to_words_task(30000, seed=0)
-    src_tok, tgt_tok = data.CharTokenizer("0123456789"), data.WordTokenizer.from_texts(t for _, t in pairs)
+    pairs = tasks.numbers_to_words_task(30000, seed=0)
+    src_tok = tokenization.CharTokenizer("0123456789")
+    tgt_tok = tokenization.WordTokenizer.from_texts(t for _, t in pairs)
     acc, hist = _train_seq2seq(pairs, src_tok, tgt_tok, steps=250, lr=5e-3, warmup=50)
     assert len(hist.steps) == 250
     assert acc >= 0.99
@@ -47,14 +48,14 @@ def test_numbers_to_words_reaches_99_percent_exact_match():
 
 def test_language_model_beats_bigram_by_15_percent():
     g = tl.set_seed(0)
-    text = data.char_corpus(4000, seed=0)
-    tok = data.CharTokenizer(text)
+    text = tasks.char_corpus(4000, seed=0)
+    tok = tokenization.CharTokenizer(text)
     ids = torch.tensor(tok.encode(text))
     n = int(0.9 * len(ids))
     train_ids, val_ids = ids[:n], ids[n:]
     lm = tl.DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=256,
                           dropout=0.0, max_len=128, norm_first=True)  # fmt: skip
-    hist = training.fit(lm, training.lm_loss, data.lm_batches(train_ids, 64, 32, rng=g), steps=300, lr=3e-3,
+    hist = training.fit(lm, training.lm_loss, tasks.lm_batches(train_ids, 64, 32, rng=g), steps=300, lr=3e-3,
                         progress=False)  # fmt: skip
     model_loss = training.lm_eval_loss(lm, val_ids, 64)
     bigram = training.bigram_loss(train_ids, val_ids, tok.vocab_size)
@@ -86,7 +87,7 @@ def test_fit_records_history_and_evaluations():
     x = torch.randint(1, 5, (64, 6))
     y = (x[:, 0] > 2).long()
     model = tl.EncoderClassifier(vocab_size=5, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
-    batches = data.iterate_batches(x, y, batch_size=16, rng=g, forever=True)
+    batches = tasks.iterate_batches(x, y, batch_size=16, rng=g, forever=True)
     accuracy = lambda m: {"acc": training.classification_accuracy(m, x, y)}
     hist = training.fit(model, training.classification_loss, batches, steps=30, warmup=5, eval_every=10,
                         eval_fn=accuracy, progress=False)  # fmt: skip

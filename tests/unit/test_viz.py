@@ -55,7 +55,7 @@ def test_architecture_reflects_the_module_tree():
 
 @pytest.mark.parametrize("block", ["2017", "modern"])
 def test_dataflow_and_architecture_name_the_options_of_a_decoder_only_model(block):
-    model = tl.DecoderOnlyLM(tl.checkpoints.shakespeare_lm(20, block=block).config.replace(num_layers=2))
+    model = tl.DecoderOnlyLM(tl.recipes.shakespeare_lm(20, block=block).config.replace(num_layers=2))
     ax = viz.plot_dataflow(model).axes[0]
     texts, title = [t.get_text() for t in ax.texts], ax.get_title()
     assert "cross-attention" not in " ".join(texts) and "decoder-only model" in title
