@@ -3,7 +3,8 @@
     with serve(SITE) as base_url:  # e.g. "http://127.0.0.1:41873"
         page.goto(f"{base_url}/index.html")
 
-A threading server on a free port, quiet, run from a daemon thread and shut down on exit.
+A threading server on a free port, quiet (no request log, no traceback when a client hangs up), run
+from a daemon thread and shut down on exit.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +31,19 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A threading server that says nothing when a client hangs up mid-answer (a browser cancels requests)."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # ConnectionResetError, BrokenPipeError, ...
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve(directory: str | Path) -> Iterator[str]:
     """Serve `directory` while the block runs; yields its base URL, without a trailing slash."""
     handler = functools.partial(QuietHandler, directory=str(directory))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+    with QuietServer(("127.0.0.1", 0), handler) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
