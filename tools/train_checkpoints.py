@@ -1,4 +1,4 @@
-"""Train the package's shipped checkpoints from their recipes and write them to transformer_lib/checkpoints/.
+"""Train the package's shipped checkpoints from transformer_lib.recipes and write them to transformer_lib/checkpoints/.
 
     python tools/train_checkpoints.py [NAME ...]      (default: every recipe)
 
@@ -14,20 +14,20 @@ import sys
 import torch
 
 import transformer_lib as tl
-from transformer_lib import checkpoints
+from transformer_lib import checkpoints, recipes
 
 FIRST_STEPS = 20  # how many losses the test re-computes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help=f"some of {sorted(checkpoints.RECIPES)}")
+    parser.add_argument("names", nargs="*", help=f"some of {sorted(recipes.RECIPES)}")
     args = parser.parse_args()
-    unknown = sorted(set(args.names) - set(checkpoints.RECIPES))
+    unknown = sorted(set(args.names) - set(recipes.RECIPES))
     if unknown:
-        parser.error(f"no recipe called {unknown}; the recipes are {sorted(checkpoints.RECIPES)}")
-    for name in args.names or sorted(checkpoints.RECIPES):
-        model, history, init = checkpoints.RECIPES[name](progress=True)
+        parser.error(f"no recipe called {unknown}; the recipes are {sorted(recipes.RECIPES)}")
+    for name in args.names or sorted(recipes.RECIPES):
+        model, history, init = recipes.RECIPES[name](progress=True)
         path = checkpoints.save_checkpoint(
             model,
             checkpoints.CHECKPOINT_DIR / f"{name}.pt",

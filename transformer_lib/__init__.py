@@ -7,29 +7,12 @@ nothing: the figures in `viz` (and matplotlib's pyplot) load the first time one 
 
 import importlib
 
-from . import corpus, exercises
+from . import corpus, exercises, recipes
 from .attention import KVCache, MultiHeadAttention, capture_attention, fused_attention, scaled_dot_product_attention
-from .bpe import BPETokenizer, load_bpe, pretokenize, train_bpe
 from .checkpoints import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
-from .data import (
-    CharTokenizer,
-    WordTokenizer,
-    brackets_task,
-    char_corpus,
-    copy_task,
-    encode_labelled,
-    encode_pairs,
-    is_balanced,
-    iterate_batches,
-    lm_batches,
-    number_to_words,
-    numbers_to_words_task,
-    pad_sequences,
-    reverse_task,
-    split_data,
-)
 from .decoder import Decoder, DecoderLayer
+from .decoding import beam_search, generate, greedy_decode, nucleus
 from .embedding import TokenEmbedding
 from .encoder import Encoder, EncoderLayer
 from .exercises import NotYetDone
@@ -44,7 +27,7 @@ from .masks import (
     target_mask,
     to_torch_convention,
 )
-from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer, nucleus
+from .models import DecoderOnlyLM, EncoderClassifier, EncoderOnlyModel, EncoderRegressor, Transformer
 from .positional import (
     LearnedPositionalEncoding,
     RotaryPositions,
@@ -70,6 +53,22 @@ from .training import (
     warmup_cosine,
 )
 from .profiling import median_seconds, saved_tensor_bytes
+from .tasks import (
+    brackets_task,
+    char_corpus,
+    copy_task,
+    encode_labelled,
+    encode_pairs,
+    is_balanced,
+    iterate_batches,
+    lm_batches,
+    number_to_words,
+    numbers_to_words_task,
+    pad_sequences,
+    reverse_task,
+    split_data,
+)
+from .tokenization import BPETokenizer, CharTokenizer, WordTokenizer, load_bpe, pretokenize, train_bpe
 from .utils import count_parameters, get_device, set_seed
 
 __version__ = "0.1.0"
@@ -141,20 +140,24 @@ __all__ = [
     "EncoderClassifier",
     "EncoderRegressor",
     "DecoderOnlyLM",
+    # decoding
     "nucleus",
+    "generate",
+    "greedy_decode",
+    "beam_search",
     # torch.nn interop
     "from_torch",
     "to_torch",
     "load_from_torch",
     "load_into_torch",
-    # data and training
+    # text, tokens, tasks and training
     "corpus",
+    "CharTokenizer",
+    "WordTokenizer",
     "pretokenize",
     "train_bpe",
     "BPETokenizer",
     "load_bpe",
-    "CharTokenizer",
-    "WordTokenizer",
     "pad_sequences",
     "copy_task",
     "reverse_task",
@@ -184,6 +187,7 @@ __all__ = [
     "bigram_loss",
     "load_checkpoint",
     "save_checkpoint",
+    "recipes",
     # utilities, figures and course material
     "set_seed",
     "get_device",

@@ -23,8 +23,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .data import CharTokenizer, char_corpus, lm_batches
 from .models import DecoderOnlyLM
+from .tasks import char_corpus, lm_batches
+from .tokenization import CharTokenizer
 from .training import fit, lm_loss
 from .utils import set_seed
 

@@ -28,6 +28,13 @@ def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str = "tokens")
         )
 
 
+def _check_2d(tokens: torch.Tensor, name: str) -> None:
+    """Raise a clear error unless `tokens` is a (B, S) tensor, the batch of ids a model takes."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"{name} must be a (B, S) tensor of token ids, got {shape}")
+
+
 class TokenEmbedding(nn.Module):
     """Map ids (B, S) to vectors (B, S, d_model), optionally times sqrt(d_model) as in the paper."""
 

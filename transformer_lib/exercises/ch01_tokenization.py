@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from ..bpe import _merge, train_bpe
+from ..tokenization import _merge, train_bpe
 from ._common import _TODO, CORRECT, _measured
 
 __all__ = ["check_pair_counts", "check_merge", "check_compression"]

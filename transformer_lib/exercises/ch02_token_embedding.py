@@ -42,7 +42,7 @@ def check_embedding_parameters(fn: Callable[[int, int], int]) -> str:
 
 def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
     """fn(seqs, pad_id) must right-pad id lists into a (B, S_max) long tensor."""
-    from ..data import pad_sequences
+    from ..tasks import pad_sequences
 
     for seqs, pad in (([[5, 6, 7], [8]], 0), ([[1], [2, 3], []], 9), ([[4, 4]], 0)):
         result = fn(seqs, pad)

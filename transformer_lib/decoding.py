@@ -1,0 +1,266 @@
+"""Every decoding rule in one place: sampling (temperature, top-k, top-p), generation, greedy and beam search.
+
+The functions take the model as their first argument; `DecoderOnlyLM.generate`,
+`Transformer.greedy_decode` and `Transformer.beam_search` call them.
+
+    out = generate(lm, prompt, max_new_tokens=50, temperature=0.8, top_k=20)  # decoder-only
+    out = greedy_decode(model, src, bos_id, eos_id, max_new_tokens=10)  # encoder-decoder
+    ids, logp = beam_search(model, src, bos_id, eos_id, max_new_tokens=10, beam_size=4)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .embedding import _check_2d, check_token_ids
+
+if TYPE_CHECKING:  # the models call these functions, so this module does not import them at run time
+    from .models import DecoderOnlyLM, Transformer
+
+__all__ = ["nucleus", "generate", "greedy_decode", "beam_search"]
+
+# ---- sampling one token -------------------------------------------------------------------------
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def _sample_next(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    rng: torch.Generator | None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """(B, V) logits of the last position -> (B, 1) next ids: argmax if temperature == 0, else sampled.
+
+    top_k keeps the k likeliest tokens; top_p (nucleus sampling) keeps the smallest set of likeliest
+    tokens whose probabilities add up to at least top_p. Both may be given; the rest get zero.
+    The settings are checked once, by the caller (`_check_sampling`), not at every step.
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        logits = logits.masked_fill(~nucleus(logits, top_p), float("-inf"))
+    probs = logits.softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=rng)  # (B, 1)
+
+
+def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(..., V) logits -> (..., V) bool, True for the tokens top-p sampling keeps.
+
+    The kept set is the smallest group of likeliest tokens whose probabilities sum to at least
+    top_p; the likeliest token is always kept.
+    """
+    _check_sampling(0.0, None, top_p)
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)  # (..., V) each
+    before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the likelier tokens
+    keep_sorted = before < top_p  # a token is kept while the mass before it is short of top_p
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+# ---- decoder-only: generate ---------------------------------------------------------------------
+
+
+@torch.no_grad()
+def generate(
+    model: DecoderOnlyLM,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    rng: torch.Generator | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """prompt (B, T0) -> (B, T0 + max_new_tokens). temperature=0 is greedy; top_k keeps the k likeliest,
+    top_p the smallest set of likeliest tokens with probability at least top_p (nucleus sampling).
+
+    With use_cache, earlier keys and values are kept, so each step feeds one token. rng: a
+    torch.Generator on the model's device, for samples that repeat.
+    """
+    _check_2d(prompt, "prompt")
+    check_token_ids(prompt, model.config.vocab_size, "prompt")
+    _check_sampling(temperature, top_k, top_p)
+    total = prompt.shape[1] + max_new_tokens
+    if total > model.config.max_len:
+        raise ValueError(
+            f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = {total} "
+            f"exceeds max_len={model.config.max_len}"
+        )
+    out = prompt
+    caches = model.new_cache(capacity=total) if use_cache else None
+    step_input = prompt
+    for _ in range(max_new_tokens):
+        logits = model(step_input if use_cache else out, caches)[:, -1]  # (B, V)
+        next_id = _sample_next(logits, temperature, top_k, rng, top_p)  # (B, 1)
+        out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
+        step_input = next_id
+    return out
+
+
+# ---- encoder-decoder: greedy decoding -----------------------------------------------------------
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
+) -> torch.Tensor:
+    """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding).
+
+    The encoder runs once. With use_cache, each step feeds only the newest token: the decoder's
+    self-attention reads earlier keys and values from a KVCache, and its cross-attention projects
+    the memory's keys and values once, at the first step. The tokens are the same either way.
+    """
+    _check_2d(src, "src")
+    src_mask = model.make_src_mask(src)
+    memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+    if bool(src_mask.all()):  # no padding in any source: cross-attention may see every key, so no mask
+        src_mask = None
+    B = src.shape[0]
+    out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    caches = model.new_cache(capacity=max(max_new_tokens, 1)) if use_cache else None  # the last token is not fed
+    cross_caches = model.new_cross_cache() if use_cache else None
+    for _ in range(max_new_tokens):
+        step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
+        logits = model.decode(step_input, memory, src_mask, caches=caches, cross_caches=cross_caches)  # (B, t, V)
+        logits = logits[:, -1]  # (B, V)
+        next_id = logits.argmax(dim=-1)  # (B,)
+        next_id = next_id.masked_fill(done, model.pad_id)
+        out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
+        done |= next_id == eos_id
+        if bool(done.all()):
+            break
+    return out
+
+
+# ---- encoder-decoder: beam search ---------------------------------------------------------------
+
+# A hypothesis still growing is (ids (t,), log-probability, row of the batch it belongs to); a finished
+# one is (rank, ids (t,), log-probability), ranked by `_rank`.
+_Alive = tuple[torch.Tensor, float, int]
+_Finished = tuple[float, torch.Tensor, float]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """src (B, S) -> (ids (B, 1 + n), log-probabilities (B,)): the best hypothesis per row.
+
+    Each row keeps the `beam_size` likeliest partial outputs. A hypothesis that emits EOS is
+    finished; the search for a row ends when it has `beam_size` finished ones, or none left
+    alive, or after max_new_tokens. Finished hypotheses are ranked by log-probability divided
+    by (number of generated tokens) ** length_penalty (0: no normalisation; 1: per token).
+    Rows are laid out as greedy_decode's (BOS first, padding after EOS), and beam_size=1
+    gives greedy decoding.
+    """
+    _check_2d(src, "src")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    src_mask = model.make_src_mask(src)  # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+    bos = torch.full((1,), bos_id, dtype=torch.long, device=src.device)  # (1,)
+    alive: list[_Alive] = [(bos, 0.0, b) for b in range(src.shape[0])]  # every row starts from BOS
+    finished: list[list[_Finished]] = [[] for _ in range(src.shape[0])]
+    for _ in range(max_new_tokens):
+        alive = _beam_step(model, memory, src_mask, alive, finished, beam_size, eos_id, length_penalty)
+        if not alive:  # every row has found enough finished hypotheses, or has none left to grow
+            break
+    _finish_unfinished_rows(alive, finished, length_penalty)
+    return _best_per_row(finished, model.pad_id)
+
+
+def _rank(logp: float, ids: torch.Tensor, length_penalty: float) -> float:
+    """A hypothesis' log-probability divided by (generated tokens) ** length_penalty; ids (t,) start with BOS."""
+    return logp / (ids.numel() - 1) ** length_penalty
+
+
+def _beam_step(
+    model: Transformer,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    alive: list[_Alive],
+    finished: list[list[_Finished]],
+    beam_size: int,
+    eos_id: int,
+    length_penalty: float,
+) -> list[_Alive]:
+    """Grow every alive hypothesis by one token, all rows in one batch; return those still growing.
+
+    memory (B, S, d_model), src_mask (B, 1, 1, S). Hypotheses that emit EOS go to `finished[row]`;
+    a row stops searching once it has beam_size finished ones or none left alive.
+    """
+    beams = torch.stack([ids for ids, _, _ in alive])  # (N, t)
+    rows = [b for _, _, b in alive]  # rows[i]: the batch row hypothesis i belongs to
+    scores = torch.tensor([logp for _, logp, _ in alive], device=beams.device)  # (N,)
+    logits = model.decode(beams, memory[rows], src_mask[rows])[:, -1]  # (N, V)
+    candidates = logits.log_softmax(dim=-1) + scores[:, None]  # (N, V): log-probability of each extension
+    still_alive: list[_Alive] = []
+    for b in dict.fromkeys(rows):  # each searching row, in order
+        mine = [i for i, r in enumerate(rows) if r == b]  # its hypotheses
+        grown, done = _expand_row(candidates[mine], beams[mine], beam_size, eos_id, length_penalty)
+        finished[b] += done
+        if grown and len(finished[b]) < beam_size:  # the row searches on
+            still_alive += [(ids, logp, b) for ids, logp in grown]
+    return still_alive
+
+
+def _expand_row(
+    candidates: torch.Tensor, beams: torch.Tensor, beam_size: int, eos_id: int, length_penalty: float
+) -> tuple[list[tuple[torch.Tensor, float]], list[_Finished]]:
+    """One row's hypotheses beams (n, t) and their extensions' log-probabilities (n, V) -> the beam_size best.
+
+    Returns them split in two: those still growing, as (ids (t + 1,), logp), and those that
+    emitted EOS, as (rank, ids (t + 1,), logp).
+    """
+    V = candidates.shape[-1]
+    flat = candidates.flatten()  # (n * V,)
+    top = flat.topk(min(beam_size, flat.numel()))
+    grown, done = [], []
+    for logp, index in zip(top.values.tolist(), top.indices.tolist()):
+        ids = torch.cat([beams[index // V], beams.new_tensor([index % V])])  # (t + 1,): hypothesis, then token
+        if index % V == eos_id:
+            done.append((_rank(logp, ids, length_penalty), ids, logp))
+        else:
+            grown.append((ids, logp))
+    return grown, done
+
+
+def _finish_unfinished_rows(alive: list[_Alive], finished: list[list[_Finished]], length_penalty: float) -> None:
+    """After max_new_tokens, a row that finished nothing ranks the hypotheses it still has alive."""
+    empty = {b for b, row in enumerate(finished) if not row}
+    for ids, logp, b in alive:
+        if b in empty:
+            finished[b].append((_rank(logp, ids, length_penalty), ids, logp))
+
+
+def _best_per_row(finished: list[list[_Finished]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best-ranked hypothesis of each row -> (ids (B, 1 + n) padded with pad_id, log-probabilities (B,))."""
+    best = [max(row, key=lambda h: h[0]) for row in finished]  # (rank, ids, logp) per row; ties: the first
+    device = best[0][1].device
+    out = torch.full((len(best), max(ids.numel() for _, ids, _ in best)), pad_id, dtype=torch.long, device=device)
+    for b, (_, ids, _) in enumerate(best):
+        out[b, : ids.numel()] = ids
+    return out, torch.tensor([logp for _, _, logp in best], device=device)  # (B, 1 + n), (B,)

@@ -1,0 +1,185 @@
+"""The recipes that trained the shipped checkpoints, and the data each chapter builds the same way.
+
+A chapter whose demonstration needs more training than a notebook should spend on a laptop
+trains the same model briefly in front of the reader, then loads the longer run with
+`load_checkpoint`. Nothing is hidden: each checkpoint is made by a recipe below, through
+``python tools/train_checkpoints.py NAME``, and a test re-runs the first steps of the recipe and
+compares their losses with the ones the checkpoint recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from . import corpus
+from .config import TransformerConfig
+from .models import DecoderOnlyLM, EncoderClassifier, Transformer
+from .tasks import (
+    brackets_task,
+    encode_labelled,
+    encode_pairs,
+    iterate_batches,
+    lm_batches,
+    numbers_to_words_task,
+    split_data,
+)
+from .tokenization import BPETokenizer, CharTokenizer, WordTokenizer, train_bpe
+from .training import (
+    History,
+    classification_accuracy,
+    classification_loss,
+    exact_match,
+    fit,
+    lm_eval_loss,
+    lm_loss,
+    seq2seq_loss,
+)
+
+__all__ = [
+    "bracket_classifier_data",
+    "numbers_to_words_data",
+    "shakespeare_data",
+    "shakespeare_lm",
+    "SHAKESPEARE_BLOCK",
+    "SHAKESPEARE_BLOCKS",
+    "SHAKESPEARE_MERGES",
+    "RECIPES",
+]
+
+
+def bracket_classifier_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The encoder chapter's bracket data: (tokenizer, x_train (N, S), y_train (N,), x_test (M, S), y_test (M,))."""
+    items = brackets_task(14000, seed=0, max_pairs=6)
+    train_items, test_items = split_data(items, (0.9, 0.1), seed=0)
+    tok = CharTokenizer("()[]")
+    x_train, y_train = encode_labelled(train_items, tok, bos=True)
+    x_test, y_test = encode_labelled(test_items, tok, bos=True)
+    return tok, x_train, y_train, x_test, y_test
+
+
+def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The encoder chapter's classifier: 3 pre-LN layers, d_model 64, 8 heads, 1500 AdamW steps of 64 strings."""
+    tok, x_train, y_train, x_test, y_test = bracket_classifier_data()
+    with torch.random.fork_rng():  # seeded weights, and the caller's global generator left as it was
+        torch.manual_seed(0)
+        model = EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=64, num_heads=8, num_layers=3,
+                                  d_ff=128, dropout=0.0, max_len=64, norm_first=True)  # fmt: skip
+    rng = torch.Generator().manual_seed(0)  # the order of the batches
+    batches = iterate_batches(x_train, y_train, batch_size=64, rng=rng, pad_id=tok.pad_id, forever=True)
+    held_out = lambda m: {"test accuracy": classification_accuracy(m, x_test, y_test)}
+    history = fit(model, classification_loss, batches, steps=steps or 1500, lr=3e-3, warmup=100, eval_fn=held_out,
+                  eval_every=300, progress=progress, desc="brackets (long run)")  # fmt: skip
+    return model, history, {"num_classes": 2}
+
+
+def numbers_to_words_data() -> tuple[
+    CharTokenizer, WordTokenizer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
+]:
+    """The encoder-decoder chapter's data: (source tokenizer, target tokenizer, src, tgt, test_src, test_tgt).
+
+    30,000 distinct numbers (all of 0..999 and the rest up to 99,999), split 90/10; digits in,
+    words out, each target <bos> ... <eos>. The test part is the first 1000 held-out pairs.
+    """
+    pairs = numbers_to_words_task(30000, seed=0)
+    train_pairs, test_pairs = split_data(pairs, (0.9, 0.1), seed=0)
+    src_tok = CharTokenizer("0123456789")
+    tgt_tok = WordTokenizer.from_texts(t for _, t in pairs)
+    src, tgt = encode_pairs(train_pairs, src_tok, tgt_tok)
+    test_src, test_tgt = encode_pairs(test_pairs[:1000], src_tok, tgt_tok)
+    return src_tok, tgt_tok, src, tgt, test_src, test_tgt
+
+
+def _numbers_to_words(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The encoder-decoder chapter's translator: 2 + 2 post-LN layers, d_model 64, 1000 AdamW steps of 64 pairs.
+
+    The chapter stops at 300 steps, where the held-out numbers (nearly all above 1000) are already
+    right; the playground's readers type small numbers too, and 300 steps still get 12 and 40
+    wrong. 1000 steps get every number below 1000 right except 0, which the data holds once.
+    """
+    src_tok, tgt_tok, src, tgt, test_src, test_tgt = numbers_to_words_data()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64, num_heads=4,
+                            num_layers=2, d_ff=256, dropout=0.0, max_len=64, pad_id=src_tok.pad_id)  # fmt: skip
+    rng = torch.Generator().manual_seed(0)  # the order of the batches
+    batches = iterate_batches(src, tgt, batch_size=64, rng=rng, pad_id=src_tok.pad_id, forever=True)
+    held_out = lambda m: {"exact match": exact_match(m, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)}
+    history = fit(model, seq2seq_loss, batches, steps=steps or 1000, lr=3e-3, eval_fn=held_out, eval_every=250,
+                  progress=progress, desc="numbers to words (checkpoint)")  # fmt: skip
+    return model, history, {}
+
+
+SHAKESPEARE_MERGES = 500  # the BPE language model's vocabulary: 256 bytes + 500 merges
+SHAKESPEARE_BLOCK = 128  # tokens of context in both Shakespeare models
+
+
+def shakespeare_data(level: str) -> tuple[CharTokenizer | BPETokenizer, torch.Tensor, torch.Tensor]:
+    """The language-model chapter's data at 'char' or 'bpe' level: (tokenizer, train ids (N,), validation ids (M,)).
+
+    Characters get a CharTokenizer over the training plays (a character that only the held-out play
+    uses becomes <unk>); BPE is tl.train_bpe on the training plays with SHAKESPEARE_MERGES merges.
+    """
+    train, valid = corpus.shakespeare("train"), corpus.shakespeare("validation")
+    if level == "char":
+        tok = CharTokenizer.from_texts([train])
+    elif level == "bpe":
+        tok = train_bpe(train, SHAKESPEARE_MERGES)
+    else:
+        raise ValueError(f"level must be 'char' or 'bpe', got {level!r}")
+    return tok, torch.tensor(tok.encode(train)), torch.tensor(tok.encode(valid))
+
+
+# The chapter "From 2017 to today" trains the same model with two kinds of block (same data, steps and seed):
+SHAKESPEARE_BLOCKS = {
+    "gpt": {},  # the language-model chapter's block: pre-LN, ReLU, learned positions
+    "2017": {"norm_first": False, "positional": "sinusoidal"},  # post-LN, ReLU, sinusoidal, as in the paper
+    "modern": {"norm_first": True, "norm": "rms", "positional": "rope", "activation": "swiglu",
+               "d_ff": 341, "num_kv_heads": 2, "bias": False},  # Llama's: pre-RMSNorm, RoPE, SwiGLU at 2/3 width, GQA
+}  # fmt: skip
+
+
+def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> DecoderOnlyLM:
+    """The Shakespeare model: 4 layers, d_model 128, 4 heads, tied embeddings; `block` picks the layer's kind.
+
+    "gpt" (pre-LN, ReLU, learned positions) is the language-model chapter's; "2017" and "modern"
+    are the two blocks the chapter "From 2017 to today" compares (see SHAKESPEARE_BLOCKS).
+    """
+    if block not in SHAKESPEARE_BLOCKS:
+        raise ValueError(f"block must be one of {sorted(SHAKESPEARE_BLOCKS)}, got {block!r}")
+    config = TransformerConfig(vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.1,
+                               max_len=SHAKESPEARE_BLOCK, norm_first=True, positional="learned",
+                               tie_embeddings=True)  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DecoderOnlyLM(config.replace(**SHAKESPEARE_BLOCKS[block]))
+
+
+def _shakespeare(
+    level: str, steps: int | None = None, progress: bool = False, block: str = "gpt"
+) -> tuple[nn.Module, History, dict]:
+    """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens."""
+    tok, train_ids, valid_ids = shakespeare_data(level)
+    model = shakespeare_lm(tok.vocab_size, block=block)
+    rng = torch.Generator().manual_seed(0)  # the windows drawn
+    batches = lm_batches(train_ids, SHAKESPEARE_BLOCK, batch_size=32, rng=rng)
+    held_out = lambda m: {"validation loss": lm_eval_loss(m, valid_ids, SHAKESPEARE_BLOCK)}
+    name = level if block == "gpt" else f"{level}, {block} block"
+    with torch.random.fork_rng():  # dropout's masks come from a seeded generator, not from the caller's state
+        torch.manual_seed(0)
+        history = fit(model, lm_loss, batches, steps=steps or 3000, lr=2e-3, warmup=200, eval_fn=held_out,
+                      eval_every=500, progress=progress, desc=f"Shakespeare {name} (long run)")  # fmt: skip
+    return model, history, {}
+
+
+# name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
+RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
+    "bracket_classifier": _bracket_classifier,
+    "numbers_to_words": _numbers_to_words,
+    "shakespeare_char": lambda steps=None, progress=False: _shakespeare("char", steps, progress),
+    "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),
+    "shakespeare_2017": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "2017"),
+    "shakespeare_modern": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "modern"),
+}
