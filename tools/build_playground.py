@@ -30,7 +30,7 @@ import onnxruntime as ort
 import torch
 
 import transformer_lib as tl
-from transformer_lib import checkpoints
+from transformer_lib import recipes
 from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def _export(model, path: Path, inputs: tuple[torch.Tensor, ...]) -> float:
 
 def numbers_to_words(models: Path) -> tuple[dict, dict]:
     model, _ = tl.load_checkpoint("numbers_to_words")
-    src_tok, tgt_tok = checkpoints.numbers_to_words_data()[:2]
+    src_tok, tgt_tok = recipes.numbers_to_words_data()[:2]
     answers = {}
     for number in NUMBERS:
         src = torch.tensor([src_tok.encode(number.zfill(5))])  # (1, 5)
@@ -120,7 +120,7 @@ def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, t
 
 def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     model, _ = tl.load_checkpoint("shakespeare_char")
-    tok = checkpoints.shakespeare_data("char")[0]
+    tok = recipes.shakespeare_data("char")[0]
     answers = []
     for prompt, n in PROMPTS:
         out, margin = _greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), n)
@@ -158,7 +158,7 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
 def partner_head(model, tok) -> tuple[int, int, float]:
     """(layer, head, mean weight) of the head that looks most from each bracket to its partner, on held-out
     balanced strings: the encoder chapter's measure."""
-    x_test, y_test = checkpoints.bracket_classifier_data()[3:]
+    x_test, y_test = recipes.bracket_classifier_data()[3:]
     total, count = None, 0
     for ids in x_test[y_test == 1][:200]:
         ids = ids[ids != tok.pad_id][None]  # (1, S) with <bos> first
@@ -183,7 +183,7 @@ def partner_head(model, tok) -> tuple[int, int, float]:
 
 def brackets(models: Path) -> tuple[dict, dict]:
     model, _ = tl.load_checkpoint("bracket_classifier")
-    tok = checkpoints.bracket_classifier_data()[0]
+    tok = recipes.bracket_classifier_data()[0]
     answers = {}
     for text in BRACKETS:
         ids = torch.tensor([tok.encode(text, bos=True)])  # (1, 1 + S)
