@@ -219,7 +219,9 @@ class MultiHeadAttention(nn.Module):
             self._rotary = rotary_tables(torch.arange(size, device=device), self.d_k)
         return self._rotary
 
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    def _check_inputs(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: KVCache | None = None
+    ) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3:
                 raise ValueError(f"{name} must have shape (B, T, d_model), got shape {tuple(t.shape)}")
@@ -235,6 +237,8 @@ class MultiHeadAttention(nn.Module):
                 f"query, key and value must share the batch size, got {query.shape[0]}, "
                 f"{key.shape[0]} and {value.shape[0]}"
             )
+        if cache is not None and cache.static and self.rotary:
+            raise ValueError("a static cache is for cross-attention; this self-attention rotates positions (RoPE)")
 
     def split_heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
         """(B, T, heads * d_k) -> (B, heads, T, d_k); heads defaults to num_heads."""
@@ -263,33 +267,57 @@ class MultiHeadAttention(nn.Module):
         cache: a KVCache; this call's keys and values are appended and the query attends to all.
         A static cache (cross-attention) is filled from key and value on the first call and read after.
         """
-        self._check_inputs(query, key, value)
-        if cache is not None and cache.static and self.rotary:
-            raise ValueError("a static cache is for cross-attention; this self-attention rotates positions (RoPE)")
+        self._check_inputs(query, key, value, cache)
         q = self.split_heads(self.q_proj(query))  # (B, h, T_q, d_k)
+        q, k, v = self._keys_values(q, key, value, cache)  # k, v: (B, h, T_k, d_k), T_k counting cached positions
+        out, weights = self._attend(q, k, v, mask, need_weights)  # (B, h, T_q, d_k)
+        return self.out_proj(self.combine_heads(out)), weights  # (B, T_q, d_model)
+
+    def _keys_values(
+        self, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, h, T_q, d_k), key/value (B, T_k, d_model) -> q, k, v ready for attention, k and v (B, h, T, d_k).
+
+        Projects key and value to num_kv_heads heads (or reads them from a filled static cache),
+        turns q and k by their positions (RoPE, continuing after the cached ones), appends to the
+        cache (which keeps only the num_kv_heads heads), and repeats each key-value head for its
+        group of query heads (grouped-query attention).
+        """
         if cache is not None and cache.static and len(cache):
             k, v = cache.key, cache.value  # (B, h_kv, S, d_k): the memory's, projected on the first step
         else:
             k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
-            if self.rotary:  # positions continue after the cached ones; the cache keeps rotated keys
-                past = 0 if cache is None else len(cache)
-                cos, sin = self._rotary_tables(past + max(q.shape[-2], k.shape[-2]), q.device)  # (n, d_k) each
-                q = turn(q, cos[past : past + q.shape[-2]], sin[past : past + q.shape[-2]])
-                k = turn(k, cos[past : past + k.shape[-2]], sin[past : past + k.shape[-2]])
+            if self.rotary:  # the cache keeps rotated keys
+                q, k = self._turn(q, k, past=0 if cache is None else len(cache))
             if cache is not None:
-                k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k): the cache keeps only the h_kv heads
+                k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k)
         if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, h, T, d_k) each
+        return q, k, v
+
+    def _turn(self, q: torch.Tensor, k: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (B, h, T_q, d_k) and k (B, h_kv, T_k, d_k) by their positions, which start at `past`."""
+        T_q, T_k = q.shape[-2], k.shape[-2]
+        cos, sin = self._rotary_tables(past + max(T_q, T_k), q.device)  # (n, d_k) each
+        q = turn(q, cos[past : past + T_q], sin[past : past + T_q])  # (B, h, T_q, d_k)
+        k = turn(k, cos[past : past + T_k], sin[past : past + T_k])  # (B, h_kv, T_k, d_k)
+        return q, k
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (out (B, h, T_q, d_k), weights or None).
+
+        The step-by-step path when the weights are asked for or kept (`keep_weights`), else the fused kernel.
+        """
         dropout_p = self.dropout_p if self.training else 0.0
-        if need_weights or self.keep_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)
-            if self.keep_weights:
-                self.last_weights = weights.detach()
-        else:
-            out, weights = fused_attention(q, k, v, mask, dropout_p), None  # (B, h, T_q, d_k)
-        out = self.out_proj(self.combine_heads(out))  # (B, T_q, d_model)
+        if not (need_weights or self.keep_weights):
+            return fused_attention(q, k, v, mask, dropout_p), None
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)
+        if self.keep_weights:
+            self.last_weights = weights.detach()
         return out, (weights if need_weights else None)
 
 
