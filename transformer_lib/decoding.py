@@ -181,9 +181,10 @@ def beam_search(
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     src_mask = model.make_src_mask(src)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+    B = src.shape[0]
     bos = torch.full((1,), bos_id, dtype=torch.long, device=src.device)  # (1,)
-    alive: list[_Alive] = [(bos, 0.0, b) for b in range(src.shape[0])]  # every row starts from BOS
-    finished: list[list[_Finished]] = [[] for _ in range(src.shape[0])]
+    alive: list[_Alive] = [(bos, 0.0, b) for b in range(B)]  # every row starts from BOS
+    finished: list[list[_Finished]] = [[] for _ in range(B)]  # per row, the hypotheses that emitted EOS
     for _ in range(max_new_tokens):
         alive = _beam_step(model, memory, src_mask, alive, finished, beam_size, eos_id, length_penalty)
         if not alive:  # every row has found enough finished hypotheses, or has none left to grow

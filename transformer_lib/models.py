@@ -13,7 +13,6 @@ from . import decoding
 from .attention import KVCache
 from .config import TransformerConfig, resolve_config
 from .decoder import Decoder
-from .decoding import nucleus  # noqa: F401  (tools/build_playground.py imports it from here)
 from .embedding import TokenEmbedding, _check_2d
 from .encoder import Encoder
 from .masks import causal_mask, padding_mask, target_mask

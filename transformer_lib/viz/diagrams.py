@@ -22,7 +22,7 @@ __all__ = [
     "plot_kv_cache",
 ]
 
-# ---- the module tree ----------------------------------------------------------------------------
+# ---- the module tree -----------------------------------------------------------------------------
 
 _SKIP = (nn.Dropout,)
 
@@ -123,6 +123,9 @@ def plot_architecture(model: nn.Module, ax=None, max_depth: int = 3) -> Figure:
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
+
+
+# ---- data flow through a model -------------------------------------------------------------------
 
 
 def _box(ax, x: float, y: float, text: str, width: float = 2.6, color: str = "#e8eef7") -> None:
@@ -241,6 +244,8 @@ def plot_dataflow(model: nn.Module, ax=None) -> Figure:
     ax.axis("off")
     return fig
 
+
+# ---- one mechanism at a time: residual wiring, head split, KV cache ------------------------------
 
 _ARROW = dict(arrowstyle="-|>", color="#333333", linewidth=1.2)
 
