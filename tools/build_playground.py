@@ -68,8 +68,9 @@ def _check(name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor,
     for g, e in zip(got, expected):
         worst = float((np.abs(g - e.numpy()) / (1 + np.abs(e.numpy()))).max())
         if worst > TOLERANCE:
-            raise SystemExit(f"{name}: onnxruntime differs from PyTorch by {worst:.1e} (relative), "
-                             f"more than {TOLERANCE:.0e}")  # fmt: skip
+            raise SystemExit(
+                f"{name}: onnxruntime differs from PyTorch by {worst:.1e} (relative), more than {TOLERANCE:.0e}"
+            )
     return max(float(np.abs(g - e.numpy()).max()) for g, e in zip(got, expected))
 
 
@@ -90,9 +91,18 @@ def numbers_to_words(models: Path) -> tuple[dict, dict]:
         answers[number] = tgt_tok.decode(out[0])
     gap = _export(model, models / "numbers_to_words.onnx", (src, out))
     cfg = model.config
-    meta = {"src_itos": src_tok.itos, "tgt_itos": tgt_tok.itos, "src_specials": specials(src_tok),
-            "tgt_specials": specials(tgt_tok), "width": 5, "max_number": 99_999, "gap": gap,
-            "max_new_tokens": NUMBERS_MAX_NEW, "layers": cfg.num_layers, "heads": cfg.num_heads}  # fmt: skip
+    meta = {
+        "src_itos": src_tok.itos,
+        "tgt_itos": tgt_tok.itos,
+        "src_specials": specials(src_tok),
+        "tgt_specials": specials(tgt_tok),
+        "width": 5,
+        "max_number": 99_999,
+        "gap": gap,
+        "max_new_tokens": NUMBERS_MAX_NEW,
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+    }
     return meta, answers
 
 
@@ -129,12 +139,22 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
         answers.append({"prompt": prompt, "new": n, "text": tok.decode(out[0, len(prompt) :]), "margin": margin})
     gap = _export(model, models / "shakespeare_char.onnx", (out,))
     cfg = model.config
-    meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "layers": cfg.num_layers,
-            "heads": cfg.num_heads, "gap": gap}  # fmt: skip
+    meta = {
+        "itos": tok.itos,
+        "specials": specials(tok),
+        "max_len": cfg.max_len,
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+        "gap": gap,
+    }
     probs, drawn = _sampling_distribution(model, torch.tensor([tok.encode(SAMPLING["prompt"])]))
     top = probs.argsort(descending=True)[:8].tolist()  # the page's table: the eight likeliest, likeliest first
-    sampling = {**SAMPLING, "tokens": [tok.itos[i] for i in top], "probs": probs[top].tolist(),
-                "drawn": drawn[top].tolist()}  # fmt: skip
+    sampling = {
+        **SAMPLING,
+        "tokens": [tok.itos[i] for i in top],
+        "probs": probs[top].tolist(),
+        "drawn": drawn[top].tolist(),
+    }
 
     # the masks playground: the same model's first attention layer, with the reader's mask
     ids = tok.encode(MASKS["text"])
@@ -150,8 +170,13 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     with torch.no_grad():
         weights = first_attention(model)(tokens, mask)  # (h, T, T)
     masks_gap = _check(path.stem, ort.InferenceSession(str(path)), (tokens, mask), (weights,))
-    masks_meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "heads": cfg.num_heads,
-                  "gap": masks_gap}  # fmt: skip
+    masks_meta = {
+        "itos": tok.itos,
+        "specials": specials(tok),
+        "max_len": cfg.max_len,
+        "heads": cfg.num_heads,
+        "gap": masks_gap,
+    }
     return meta, {"greedy": answers, "sampling": sampling}, masks_meta, {**MASKS, "weights": weights.tolist()}
 
 
@@ -192,9 +217,15 @@ def brackets(models: Path) -> tuple[dict, dict]:
     gap = _export(model, models / "bracket_classifier.onnx", (ids,))
     layer, head, weight = partner_head(model, tok)
     cfg = model.config
-    meta = {"itos": tok.itos, "specials": specials(tok), "max_len": cfg.max_len, "layers": cfg.num_layers,
-            "heads": cfg.num_heads, "partner": {"layer": layer, "head": head, "mean_weight": weight},
-            "gap": gap}  # fmt: skip
+    meta = {
+        "itos": tok.itos,
+        "specials": specials(tok),
+        "max_len": cfg.max_len,
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+        "partner": {"layer": layer, "head": head, "mean_weight": weight},
+        "gap": gap,
+    }
     return meta, answers
 
 
@@ -204,8 +235,10 @@ def main() -> int:
     args = parser.parse_args()
     missing = [f for f in RUNTIME if not (ORT_WEB / "dist" / f).is_file()]
     if missing:
-        print(f"onnxruntime-web is not installed ({', '.join(missing)} missing from {ORT_WEB}/dist); "
-              "run `npm ci`", file=sys.stderr)  # fmt: skip
+        print(
+            f"onnxruntime-web is not installed ({', '.join(missing)} missing from {ORT_WEB}/dist); run `npm ci`",
+            file=sys.stderr,
+        )
         return 1
     shutil.rmtree(args.out, ignore_errors=True)
     vendor, models = args.out / "vendor", args.out / "models"
@@ -214,16 +247,22 @@ def main() -> int:
     for f in RUNTIME:
         shutil.copy(ORT_WEB / "dist" / f, vendor / f)
     package = json.loads((ORT_WEB / "package.json").read_text())
-    (vendor / "README.txt").write_text(f"onnxruntime-web {package['version']} ({package['license']} license), "
-                                       "copied from npm by tools/build_playground.py\n")  # fmt: skip
+    (vendor / "README.txt").write_text(
+        f"onnxruntime-web {package['version']} ({package['license']} license), "
+        "copied from npm by tools/build_playground.py\n"
+    )
 
     torch.manual_seed(0)  # nothing here samples; a fixed seed keeps it so
     meta, expected = {}, {}
     meta["numbers_to_words"], expected["numbers_to_words"] = numbers_to_words(models)
     meta["shakespeare_char"], expected["shakespeare_char"], meta["masks"], expected["masks"] = shakespeare(models)
     meta["bracket_classifier"], expected["bracket_classifier"] = brackets(models)
-    files = {"numbers_to_words": "numbers_to_words", "shakespeare_char": "shakespeare_char",
-             "masks": "shakespeare_char_layer1", "bracket_classifier": "bracket_classifier"}  # fmt: skip
+    files = {
+        "numbers_to_words": "numbers_to_words",
+        "shakespeare_char": "shakespeare_char",
+        "masks": "shakespeare_char_layer1",
+        "bracket_classifier": "bracket_classifier",
+    }
     for key, stem in files.items():
         meta[key]["file"] = f"{stem}.onnx"
         meta[key]["bytes"] = (models / f"{stem}.onnx").stat().st_size
@@ -233,8 +272,10 @@ def main() -> int:
     for key, stem in files.items():
         print(f"{stem}.onnx: {meta[key]['bytes'] / 1e6:.2f} MB, at most {meta[key]['gap']:.1e} from PyTorch")
     b = meta["bracket_classifier"]["partner"]
-    print(f"runtime: {meta['runtime_bytes'] / 1e6:.1f} MB; the partner head is layer {b['layer'] + 1}, "
-          f"head {b['head'] + 1} (mean weight {b['mean_weight']:.2f})")  # fmt: skip
+    print(
+        f"runtime: {meta['runtime_bytes'] / 1e6:.1f} MB; the partner head is layer {b['layer'] + 1}, "
+        f"head {b['head'] + 1} (mean weight {b['mean_weight']:.2f})"
+    )
     shown = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
     print(f"the playground's files are in {shown}")
     return 0

@@ -188,8 +188,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model must be divisible by num_heads: got d_model={d_model}, num_heads={num_heads}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-            raise ValueError(f"num_heads must be divisible by num_kv_heads: got num_heads={num_heads}, "
-                             f"num_kv_heads={num_kv_heads}")  # fmt: skip
+            raise ValueError(
+                f"num_heads must be divisible by num_kv_heads: got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+            )
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads  # < num_heads: grouped-query attention; 1: multi-query attention

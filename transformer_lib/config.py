@@ -58,8 +58,17 @@ class TransformerConfig:
         for name, source in _FOLLOWS.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self, source))  # frozen: resolve once, here
-        for name in ("vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "num_decoder_layers",
-                     "d_ff", "max_len", "num_kv_heads"):  # fmt: skip
+        for name in (
+            "vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "num_heads",
+            "num_layers",
+            "num_decoder_layers",
+            "d_ff",
+            "max_len",
+            "num_kv_heads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -95,6 +95,12 @@ class Decoder(nn.Module):
             if given is not None and len(given) != len(self.layers):
                 raise ValueError(f"expected one KVCache per layer in {name} ({len(self.layers)}), got {len(given)}")
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i],
-                      None if cross_caches is None else cross_caches[i])  # fmt: skip
+            x = layer(
+                x,
+                memory,
+                tgt_mask,
+                memory_mask,
+                None if caches is None else caches[i],
+                None if cross_caches is None else cross_caches[i],
+            )
         return x if self.norm is None else self.norm(x)

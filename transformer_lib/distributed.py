@@ -40,8 +40,16 @@ def demo_model_and_batches(
     tok = CharTokenizer.from_texts([text])
     ids = torch.tensor(tok.encode(text))  # (N,)
     rng = set_seed(seed)  # the same weights and the same batches in every process
-    model = DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=128,
-                          dropout=0.0, max_len=block_size, norm_first=True)  # fmt: skip
+    model = DecoderOnlyLM(
+        vocab_size=tok.vocab_size,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=128,
+        dropout=0.0,
+        max_len=block_size,
+        norm_first=True,
+    )
     return model, lm_batches(ids, block_size, batch_size, rng=rng)
 
 

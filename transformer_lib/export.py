@@ -51,17 +51,26 @@ def _plan(model: nn.Module) -> tuple[list[MultiHeadAttention], list[str], list[s
     """(attention modules to watch, input names, output names, dynamic axes) for one kind of model."""
     if isinstance(model, DecoderOnlyLM):
         watched = [layer.self_attn for layer in model.decoder.layers]
-        return watched, ["tokens"], ["logits", "attention"], {"tokens": {1: "T"}, "logits": {1: "T"},
-                                                              "attention": {2: "T", 3: "T"}}  # fmt: skip
+        return (
+            watched,
+            ["tokens"],
+            ["logits", "attention"],
+            {"tokens": {1: "T"}, "logits": {1: "T"}, "attention": {2: "T", 3: "T"}},
+        )
     if isinstance(model, EncoderOnlyModel):
         watched = [layer.self_attn for layer in model.encoder.layers]
         return watched, ["tokens"], ["logits", "attention"], {"tokens": {1: "S"}, "attention": {2: "S", 3: "S"}}
     if isinstance(model, Transformer):
         watched = [layer.cross_attn for layer in model.decoder.layers]
-        return watched, ["src", "tgt"], ["logits", "cross_attention"], {
-            "src": {1: "S"}, "tgt": {1: "T"}, "logits": {1: "T"}, "cross_attention": {2: "T", 3: "S"}}  # fmt: skip
-    raise TypeError(f"export_onnx takes a DecoderOnlyLM, an EncoderOnlyModel or a Transformer, "
-                    f"got {type(model).__name__}")  # fmt: skip
+        return (
+            watched,
+            ["src", "tgt"],
+            ["logits", "cross_attention"],
+            {"src": {1: "S"}, "tgt": {1: "T"}, "logits": {1: "T"}, "cross_attention": {2: "T", 3: "S"}},
+        )
+    raise TypeError(
+        f"export_onnx takes a DecoderOnlyLM, an EncoderOnlyModel or a Transformer, got {type(model).__name__}"
+    )
 
 
 def with_attention(model: nn.Module) -> nn.Module:
@@ -97,16 +106,25 @@ def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor,
             m.keep_weights, m.last_weights = k, None
 
 
-def _trace(module: nn.Module, example: tuple, path: str | Path, inputs: list[str], outputs: list[str],
-           dynamic: dict) -> Path:  # fmt: skip
+def _trace(
+    module: nn.Module, example: tuple, path: str | Path, inputs: list[str], outputs: list[str], dynamic: dict
+) -> Path:
     """torch.onnx.export with the settings every file here shares: opset 17, the TorchScript exporter."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # about the Python-side input checks it bakes in
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy TorchScript exporter, on purpose
-        torch.onnx.export(module, example, str(path), input_names=inputs, output_names=outputs,
-                          dynamic_axes=dynamic, opset_version=17, dynamo=False)  # fmt: skip
+        torch.onnx.export(
+            module,
+            example,
+            str(path),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=dynamic,
+            opset_version=17,
+            dynamo=False,
+        )
     return path
 
 

@@ -48,14 +48,21 @@ def gpt2_config(hf_config) -> TransformerConfig:
 
 def _gpt2_names(num_layers: int) -> list[tuple[str, str, bool]]:
     """(our name, GPT-2's name, transposed?) for every tensor but the fused q/k/v projection."""
-    names = [("embed.table.weight", "transformer.wte.weight", False),
-             ("pos.table.weight", "transformer.wpe.weight", False),
-             ("decoder.norm.weight", "transformer.ln_f.weight", False),
-             ("decoder.norm.bias", "transformer.ln_f.bias", False)]  # fmt: skip
+    names = [
+        ("embed.table.weight", "transformer.wte.weight", False),
+        ("pos.table.weight", "transformer.wpe.weight", False),
+        ("decoder.norm.weight", "transformer.ln_f.weight", False),
+        ("decoder.norm.bias", "transformer.ln_f.bias", False),
+    ]
     for i in range(num_layers):
         ours, theirs = f"decoder.layers.{i}.", f"transformer.h.{i}."
-        pairs = (("norm1", "ln_1", False), ("norm3", "ln_2", False), ("self_attn.out_proj", "attn.c_proj", True),
-                 ("feed_forward.linear1", "mlp.c_fc", True), ("feed_forward.linear2", "mlp.c_proj", True))  # fmt: skip
+        pairs = (
+            ("norm1", "ln_1", False),
+            ("norm3", "ln_2", False),
+            ("self_attn.out_proj", "attn.c_proj", True),
+            ("feed_forward.linear1", "mlp.c_fc", True),
+            ("feed_forward.linear2", "mlp.c_proj", True),
+        )
         for a, b, t in pairs:
             names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight", t), (f"{ours}{a}.bias", f"{theirs}{b}.bias", False)]
     return names
@@ -71,11 +78,13 @@ def _rope_theta(hf_config) -> float:
 def llama_config(hf_config) -> TransformerConfig:
     """A LlamaConfig -> the TransformerConfig of the same architecture."""
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
-    checks = {"hidden_act": (hf_config.hidden_act, "silu"),
-              "attention_bias": (hf_config.attention_bias, False),
-              "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
-              "rope theta": (_rope_theta(hf_config), 10000.0),
-              "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads)}  # fmt: skip
+    checks = {
+        "hidden_act": (hf_config.hidden_act, "silu"),
+        "attention_bias": (hf_config.attention_bias, False),
+        "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
+        "rope theta": (_rope_theta(hf_config), 10000.0),
+        "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads),
+    }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
     if unsupported:
         raise ValueError(f"this Llama differs from what the book builds: {unsupported}")
@@ -98,15 +107,24 @@ def llama_config(hf_config) -> TransformerConfig:
 
 def _llama_names(num_layers: int) -> list[tuple[str, str]]:
     """(our name, Llama's name) for every tensor: the same layout and shapes, other names."""
-    names = [("embed.table.weight", "model.embed_tokens.weight"), ("decoder.norm.weight", "model.norm.weight"),
-             ("head.weight", "lm_head.weight")]  # fmt: skip
+    names = [
+        ("embed.table.weight", "model.embed_tokens.weight"),
+        ("decoder.norm.weight", "model.norm.weight"),
+        ("head.weight", "lm_head.weight"),
+    ]
     for i in range(num_layers):
         ours, theirs = f"decoder.layers.{i}.", f"model.layers.{i}."
-        pairs = (("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj", "self_attn.k_proj"),
-                 ("self_attn.v_proj", "self_attn.v_proj"), ("self_attn.out_proj", "self_attn.o_proj"),
-                 ("feed_forward.linear1", "mlp.gate_proj"), ("feed_forward.linear3", "mlp.up_proj"),
-                 ("feed_forward.linear2", "mlp.down_proj"), ("norm1", "input_layernorm"),
-                 ("norm3", "post_attention_layernorm"))  # fmt: skip
+        pairs = (
+            ("self_attn.q_proj", "self_attn.q_proj"),
+            ("self_attn.k_proj", "self_attn.k_proj"),
+            ("self_attn.v_proj", "self_attn.v_proj"),
+            ("self_attn.out_proj", "self_attn.o_proj"),
+            ("feed_forward.linear1", "mlp.gate_proj"),
+            ("feed_forward.linear3", "mlp.up_proj"),
+            ("feed_forward.linear2", "mlp.down_proj"),
+            ("norm1", "input_layernorm"),
+            ("norm3", "post_attention_layernorm"),
+        )
         names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight") for a, b in pairs]
     return names
 
@@ -149,10 +167,17 @@ def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = ours.config
-    hf_config = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-                            num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-                            num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_len,
-                            rms_norm_eps=cfg.eps, tie_word_embeddings=cfg.tie_embeddings)  # fmt: skip
+    hf_config = LlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_len,
+        rms_norm_eps=cfg.eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+    )
     _check_architecture(ours, llama_config(hf_config), "Llama")
     hf = LlamaForCausalLM(hf_config)
     mine = ours.state_dict()
@@ -169,9 +194,16 @@ def to_hf(ours: DecoderOnlyLM) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = ours.config
-    hf_config = GPT2Config(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.num_heads, n_layer=cfg.num_layers,
-                           n_inner=cfg.d_ff, n_positions=cfg.max_len, layer_norm_epsilon=cfg.eps,
-                           activation_function="gelu_new")  # fmt: skip
+    hf_config = GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_embd=cfg.d_model,
+        n_head=cfg.num_heads,
+        n_layer=cfg.num_layers,
+        n_inner=cfg.d_ff,
+        n_positions=cfg.max_len,
+        layer_norm_epsilon=cfg.eps,
+        activation_function="gelu_new",
+    )
     _check_architecture(ours, gpt2_config(hf_config), "GPT-2")
     hf = GPT2LMHeadModel(hf_config)
     mine = ours.state_dict()

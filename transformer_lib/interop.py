@@ -82,20 +82,33 @@ def _from_torch_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 def _settings(theirs: nn.Module) -> dict:
     """The config fields of a torch.nn module (or of the first layer of its stacks), in our names."""
     if isinstance(theirs, nn.MultiheadAttention):
-        return dict(d_model=theirs.embed_dim, num_heads=theirs.num_heads, dropout=theirs.dropout,
-                    num_kv_heads=theirs.num_heads)  # fmt: skip
+        return dict(
+            d_model=theirs.embed_dim, num_heads=theirs.num_heads, dropout=theirs.dropout, num_kv_heads=theirs.num_heads
+        )
     if isinstance(theirs, nn.Transformer):
-        return dict(_settings(theirs.encoder), num_layers=len(theirs.encoder.layers),
-                    num_decoder_layers=len(theirs.decoder.layers), final_norm=True)  # fmt: skip
+        return dict(
+            _settings(theirs.encoder),
+            num_layers=len(theirs.encoder.layers),
+            num_decoder_layers=len(theirs.decoder.layers),
+            final_norm=True,
+        )
     if isinstance(theirs, (nn.TransformerEncoder, nn.TransformerDecoder)):
         return dict(_settings(theirs.layers[0]), num_layers=len(theirs.layers), final_norm=theirs.norm is not None)
     act = {F.relu: "relu", F.gelu: "gelu"}.get(theirs.activation) or type(theirs.activation).__name__.lower()
     if act not in ("relu", "gelu"):
         raise ValueError(f"only ReLU and GELU activations can be converted, got {theirs.activation!r}")
-    return dict(d_model=theirs.self_attn.embed_dim, num_heads=theirs.self_attn.num_heads,
-                d_ff=theirs.linear1.out_features, dropout=theirs.dropout.p, norm_first=theirs.norm_first,
-                activation=act, eps=theirs.norm1.eps, norm="layer", bias=theirs.linear1.bias is not None,
-                num_kv_heads=theirs.self_attn.num_heads)  # fmt: skip
+    return dict(
+        d_model=theirs.self_attn.embed_dim,
+        num_heads=theirs.self_attn.num_heads,
+        d_ff=theirs.linear1.out_features,
+        dropout=theirs.dropout.p,
+        norm_first=theirs.norm_first,
+        activation=act,
+        eps=theirs.norm1.eps,
+        norm="layer",
+        bias=theirs.linear1.bias is not None,
+        num_kv_heads=theirs.self_attn.num_heads,
+    )
 
 
 def _check(ours: nn.Module, theirs: nn.Module) -> None:
@@ -107,8 +120,11 @@ def _check(ours: nn.Module, theirs: nn.Module) -> None:
         raise ValueError("torch.nn's attention has no rotary positions; ours rotates queries and keys (RoPE)")
     if isinstance(ours, DecoderLayer | Decoder) and not _has_cross_attention(ours):
         raise ValueError("a decoder without cross-attention has no counterpart in torch.nn")
-    mine = vars(ours.config) if hasattr(ours, "config") else \
-        dict(d_model=ours.d_model, num_heads=ours.num_heads, num_kv_heads=ours.num_kv_heads)  # fmt: skip
+    mine = (
+        vars(ours.config)
+        if hasattr(ours, "config")
+        else dict(d_model=ours.d_model, num_heads=ours.num_heads, num_kv_heads=ours.num_kv_heads)
+    )
     for name, value in _settings(theirs).items():
         if name == "num_layers" and isinstance(ours, Decoder):
             name = "num_decoder_layers"
@@ -169,8 +185,10 @@ def to_torch(ours: nn.Module) -> nn.Module:
         if ours.rotary:
             raise ValueError("nn.MultiheadAttention has no rotary positions; ours rotates queries and keys")
         if ours.num_kv_heads != ours.num_heads:
-            raise ValueError(f"nn.MultiheadAttention has one key-value head per head; ours has "
-                             f"num_kv_heads={ours.num_kv_heads} for num_heads={ours.num_heads}")  # fmt: skip
+            raise ValueError(
+                f"nn.MultiheadAttention has one key-value head per head; ours has "
+                f"num_kv_heads={ours.num_kv_heads} for num_heads={ours.num_heads}"
+            )
         bias = ours.q_proj.bias is not None
         theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, ours.dropout_p, bias=bias, batch_first=True)
         return load_into_torch(theirs.to(_device(ours)), ours)  # built where ours lives
@@ -178,12 +196,22 @@ def to_torch(ours: nn.Module) -> nn.Module:
     if cfg.positional == "rope":
         raise ValueError("torch.nn's Transformer layers have no rotary positions; ours has positional='rope'")
     if cfg.norm != "layer" or cfg.activation not in ("relu", "gelu") or cfg.num_kv_heads != cfg.num_heads:
-        raise ValueError(f"torch.nn's Transformer layers have LayerNorm, a ReLU or GELU feed-forward and one "
-                         f"key-value head per head; ours has norm={cfg.norm!r}, activation={cfg.activation!r}, "
-                         f"num_kv_heads={cfg.num_kv_heads} for num_heads={cfg.num_heads}")  # fmt: skip
-    layer = dict(d_model=cfg.d_model, nhead=cfg.num_heads, dim_feedforward=cfg.d_ff, dropout=cfg.dropout,
-                 activation=cfg.activation, layer_norm_eps=cfg.eps, batch_first=True,
-                 norm_first=cfg.norm_first, bias=cfg.bias)  # fmt: skip
+        raise ValueError(
+            f"torch.nn's Transformer layers have LayerNorm, a ReLU or GELU feed-forward and one "
+            f"key-value head per head; ours has norm={cfg.norm!r}, activation={cfg.activation!r}, "
+            f"num_kv_heads={cfg.num_kv_heads} for num_heads={cfg.num_heads}"
+        )
+    layer = dict(
+        d_model=cfg.d_model,
+        nhead=cfg.num_heads,
+        dim_feedforward=cfg.d_ff,
+        dropout=cfg.dropout,
+        activation=cfg.activation,
+        layer_norm_eps=cfg.eps,
+        batch_first=True,
+        norm_first=cfg.norm_first,
+        bias=cfg.bias,
+    )
     norm = nn.LayerNorm(cfg.d_model, cfg.eps) if cfg.final_norm else None
     if kind is nn.Transformer and not cfg.final_norm:
         raise ValueError("nn.Transformer always ends each stack with a LayerNorm; build ours with final_norm=True")

@@ -65,13 +65,32 @@ def _bracket_classifier(steps: int | None = None, progress: bool = False) -> tup
     tok, x_train, y_train, x_test, y_test = bracket_classifier_data()
     with torch.random.fork_rng():  # seeded weights, and the caller's global generator left as it was
         torch.manual_seed(0)
-        model = EncoderClassifier(vocab_size=tok.vocab_size, num_classes=2, d_model=64, num_heads=8, num_layers=3,
-                                  d_ff=128, dropout=0.0, max_len=64, norm_first=True)  # fmt: skip
+        model = EncoderClassifier(
+            vocab_size=tok.vocab_size,
+            num_classes=2,
+            d_model=64,
+            num_heads=8,
+            num_layers=3,
+            d_ff=128,
+            dropout=0.0,
+            max_len=64,
+            norm_first=True,
+        )
     rng = torch.Generator().manual_seed(0)  # the order of the batches
     batches = iterate_batches(x_train, y_train, batch_size=64, rng=rng, pad_id=tok.pad_id, forever=True)
     held_out = lambda m: {"test accuracy": classification_accuracy(m, x_test, y_test)}
-    history = fit(model, classification_loss, batches, steps=steps or 1500, lr=3e-3, warmup=100, eval_fn=held_out,
-                  eval_every=300, progress=progress, desc="brackets (long run)")  # fmt: skip
+    history = fit(
+        model,
+        classification_loss,
+        batches,
+        steps=steps or 1500,
+        lr=3e-3,
+        warmup=100,
+        eval_fn=held_out,
+        eval_every=300,
+        progress=progress,
+        desc="brackets (long run)",
+    )
     return model, history, {"num_classes": 2}
 
 
@@ -102,13 +121,31 @@ def _numbers_to_words(steps: int | None = None, progress: bool = False) -> tuple
     src_tok, tgt_tok, src, tgt, test_src, test_tgt = numbers_to_words_data()
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64, num_heads=4,
-                            num_layers=2, d_ff=256, dropout=0.0, max_len=64, pad_id=src_tok.pad_id)  # fmt: skip
+        model = Transformer(
+            vocab_size=src_tok.vocab_size,
+            tgt_vocab_size=tgt_tok.vocab_size,
+            d_model=64,
+            num_heads=4,
+            num_layers=2,
+            d_ff=256,
+            dropout=0.0,
+            max_len=64,
+            pad_id=src_tok.pad_id,
+        )
     rng = torch.Generator().manual_seed(0)  # the order of the batches
     batches = iterate_batches(src, tgt, batch_size=64, rng=rng, pad_id=src_tok.pad_id, forever=True)
     held_out = lambda m: {"exact match": exact_match(m, test_src, test_tgt, tgt_tok.bos_id, tgt_tok.eos_id)}
-    history = fit(model, seq2seq_loss, batches, steps=steps or 1000, lr=3e-3, eval_fn=held_out, eval_every=250,
-                  progress=progress, desc="numbers to words (checkpoint)")  # fmt: skip
+    history = fit(
+        model,
+        seq2seq_loss,
+        batches,
+        steps=steps or 1000,
+        lr=3e-3,
+        eval_fn=held_out,
+        eval_every=250,
+        progress=progress,
+        desc="numbers to words (checkpoint)",
+    )
     return model, history, {}
 
 
@@ -136,9 +173,16 @@ def shakespeare_data(level: str) -> tuple[CharTokenizer | BPETokenizer, torch.Te
 SHAKESPEARE_BLOCKS = {
     "gpt": {},  # the language-model chapter's block: pre-LN, ReLU, learned positions
     "2017": {"norm_first": False, "positional": "sinusoidal"},  # post-LN, ReLU, sinusoidal, as in the paper
-    "modern": {"norm_first": True, "norm": "rms", "positional": "rope", "activation": "swiglu",
-               "d_ff": 341, "num_kv_heads": 2, "bias": False},  # Llama's: pre-RMSNorm, RoPE, SwiGLU at 2/3 width, GQA
-}  # fmt: skip
+    "modern": {
+        "norm_first": True,
+        "norm": "rms",
+        "positional": "rope",
+        "activation": "swiglu",
+        "d_ff": 341,
+        "num_kv_heads": 2,
+        "bias": False,
+    },  # Llama's: pre-RMSNorm, RoPE, SwiGLU at 2/3 width, GQA
+}
 
 
 def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> DecoderOnlyLM:
@@ -149,9 +193,18 @@ def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> Decode
     """
     if block not in SHAKESPEARE_BLOCKS:
         raise ValueError(f"block must be one of {sorted(SHAKESPEARE_BLOCKS)}, got {block!r}")
-    config = TransformerConfig(vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.1,
-                               max_len=SHAKESPEARE_BLOCK, norm_first=True, positional="learned",
-                               tie_embeddings=True)  # fmt: skip
+    config = TransformerConfig(
+        vocab_size=vocab_size,
+        d_model=128,
+        num_heads=4,
+        num_layers=4,
+        d_ff=512,
+        dropout=0.1,
+        max_len=SHAKESPEARE_BLOCK,
+        norm_first=True,
+        positional="learned",
+        tie_embeddings=True,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return DecoderOnlyLM(config.replace(**SHAKESPEARE_BLOCKS[block]))
@@ -169,8 +222,18 @@ def _shakespeare(
     name = level if block == "gpt" else f"{level}, {block} block"
     with torch.random.fork_rng():  # dropout's masks come from a seeded generator, not from the caller's state
         torch.manual_seed(0)
-        history = fit(model, lm_loss, batches, steps=steps or 3000, lr=2e-3, warmup=200, eval_fn=held_out,
-                      eval_every=500, progress=progress, desc=f"Shakespeare {name} (long run)")  # fmt: skip
+        history = fit(
+            model,
+            lm_loss,
+            batches,
+            steps=steps or 3000,
+            lr=2e-3,
+            warmup=200,
+            eval_fn=held_out,
+            eval_every=500,
+            progress=progress,
+            desc=f"Shakespeare {name} (long run)",
+        )
     return model, history, {}
 
 

@@ -47,8 +47,9 @@ class _Tokenizer:
         vocabulary = sorted(set(tokens) - set(SPECIALS))
         for token in vocabulary:
             if self.split(token) != [token]:
-                raise ValueError(f"{type(self).__name__} takes {self._unit}s, got {token!r} (it splits into "
-                                 f"{self.split(token)})")  # fmt: skip
+                raise ValueError(
+                    f"{type(self).__name__} takes {self._unit}s, got {token!r} (it splits into {self.split(token)})"
+                )
         self.itos: list[str] = list(SPECIALS) + vocabulary
         self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
 

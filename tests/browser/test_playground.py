@@ -20,10 +20,16 @@ from .conftest import SITE, _missing
 
 pytestmark = pytest.mark.browser
 BUILT = SITE / "_static" / "playground"
-PAGES = {"numbers_to_words": "numbers", "masks": "masks", "shakespeare_char": "language_model",
-         "bracket_classifier": "brackets"}  # fmt: skip
-ANSWERED = "key => window.playgroundTimings && window.playgroundTimings[key] && " \
-           "window.playgroundTimings[key].first_answer_ms !== undefined"  # fmt: skip
+PAGES = {
+    "numbers_to_words": "numbers",
+    "masks": "masks",
+    "shakespeare_char": "language_model",
+    "bracket_classifier": "brackets",
+}
+ANSWERED = (
+    "key => window.playgroundTimings && window.playgroundTimings[key] && "
+    "window.playgroundTimings[key].first_answer_ms !== undefined"
+)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +125,9 @@ def test_language_model_samples_from_pytorchs_distribution_after_temperature_top
     _set_range(page, "#lm-temperature", case["temperature"])
     _set_range(page, "#lm-topp", case["top_p"])
     _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
-    table = page.eval_on_selector_all("#lm-candidates tbody tr",
-                                      "rows => rows.map(r => [...r.cells].map(c => c.textContent))")  # fmt: skip
+    table = page.eval_on_selector_all(
+        "#lm-candidates tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
     shown = {"\n": "↵", " ": "␣"}
     assert [row[0] for row in table[:8]] == [shown.get(t, t) for t in case["tokens"]]
     for row, p, drawn in zip(table, case["probs"], case["drawn"]):
@@ -203,23 +210,32 @@ BAD_INPUTS = [
     ("masks", "#masks-text", "to be€", "“€” is not in the model's vocabulary"),
     ("masks", "#masks-pad", "99", "Pad tokens must be a whole number from 0 to 16"),
     ("masks", "#masks-pad", "", "Pad tokens must be a whole number from 0 to 16"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("key, field, value, message", BAD_INPUTS)
-def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(page, site_url, expected, key, field,
-                                                                          value, message):  # fmt: skip
+def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(
+    page, site_url, expected, key, field, value, message
+):
     _open(page, site_url, key)
-    error = {"numbers_to_words": "#numbers-error", "shakespeare_char": "#lm-error", "masks": "#masks-error",
-             "bracket_classifier": "#brackets-error"}[key]  # fmt: skip
+    error = {
+        "numbers_to_words": "#numbers-error",
+        "shakespeare_char": "#lm-error",
+        "masks": "#masks-error",
+        "bracket_classifier": "#brackets-error",
+    }[key]
     page.fill(field, value)
     if key in ("numbers_to_words", "shakespeare_char"):
         page.click("#numbers-translate" if key == "numbers_to_words" else "#lm-generate")
     page.wait_for_function("sel => document.querySelector(sel).textContent !== ''", arg=error, timeout=10_000)
     assert message in page.text_content(error)
     assert page.get_attribute(error, "role") == "alert" and page.get_attribute(field, "aria-invalid") == "true"
-    answer = {"numbers_to_words": "#numbers-output", "shakespeare_char": "#lm-generated", "masks": "#masks-map",
-              "bracket_classifier": "#brackets-probability"}[key]  # fmt: skip
+    answer = {
+        "numbers_to_words": "#numbers-output",
+        "shakespeare_char": "#lm-generated",
+        "masks": "#masks-map",
+        "bracket_classifier": "#brackets-probability",
+    }[key]
     assert page.text_content(answer) == "", "the previous input's answer stayed on the page next to the error"
     assert not page.console_errors, page.console_errors
 
@@ -269,11 +285,19 @@ def test_each_page_states_its_model_size(meta):
         assert abs(stated - actual) <= 0.1 * actual, f"{name}: the page says {stated} MB, the file is {actual:.2f}"
 
 
-STATUS = {"numbers_to_words": "#numbers-status", "shakespeare_char": "#lm-status", "masks": "#masks-status",
-          "bracket_classifier": "#brackets-status"}  # fmt: skip
+STATUS = {
+    "numbers_to_words": "#numbers-status",
+    "shakespeare_char": "#lm-status",
+    "masks": "#masks-status",
+    "bracket_classifier": "#brackets-status",
+}
 # A model file that onnxruntime loads but that the page cannot run: other inputs than the page feeds
-WRONG_MODEL = {"numbers_to_words": "bracket_classifier", "shakespeare_char": "numbers_to_words",
-               "masks": "numbers_to_words", "bracket_classifier": "shakespeare_char_layer1"}  # fmt: skip
+WRONG_MODEL = {
+    "numbers_to_words": "bracket_classifier",
+    "shakespeare_char": "numbers_to_words",
+    "masks": "numbers_to_words",
+    "bracket_classifier": "shakespeare_char_layer1",
+}
 
 
 def _failing(page, site_url, key, meta, body: bytes) -> str:

@@ -10,6 +10,8 @@ import torch
 import transformer_lib as tl
 from transformer_lib.distributed import demo_model_and_batches, shard
 
+pytestmark = pytest.mark.slow  # starts Python processes under torchrun: seconds each, so not in make check
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 

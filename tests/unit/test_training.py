@@ -20,8 +20,16 @@ def _train_seq2seq(pairs, src_tok, tgt_tok, steps, lr=3e-3, warmup=100):
     train, test = tasks.split_data(pairs, (0.9, 0.1), seed=0)
     assert not {s for s, _ in train} & {s for s, _ in test}, "held-out inputs must be unseen"
     src, tgt = tasks.encode_pairs(train, src_tok, tgt_tok)
-    model = tl.Transformer(vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
-                           num_heads=4, num_layers=2, d_ff=256, dropout=0.0, max_len=64)  # fmt: skip
+    model = tl.Transformer(
+        vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=256,
+        dropout=0.0,
+        max_len=64,
+    )
     batches = tasks.iterate_batches(src, tgt, batch_size=64, rng=g, pad_id=src_tok.pad_id, forever=True)
     hist = training.fit(model, training.seq2seq_loss, batches, steps=steps, lr=lr, warmup=warmup, progress=False)
     test_src, test_tgt = tasks.encode_pairs(test[:1000], src_tok, tgt_tok)
@@ -53,10 +61,19 @@ def test_language_model_beats_bigram_by_15_percent():
     ids = torch.tensor(tok.encode(text))
     n = int(0.9 * len(ids))
     train_ids, val_ids = ids[:n], ids[n:]
-    lm = tl.DecoderOnlyLM(vocab_size=tok.vocab_size, d_model=64, num_heads=4, num_layers=2, d_ff=256,
-                          dropout=0.0, max_len=128, norm_first=True)  # fmt: skip
-    hist = training.fit(lm, training.lm_loss, tasks.lm_batches(train_ids, 64, 32, rng=g), steps=300, lr=3e-3,
-                        progress=False)  # fmt: skip
+    lm = tl.DecoderOnlyLM(
+        vocab_size=tok.vocab_size,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=256,
+        dropout=0.0,
+        max_len=128,
+        norm_first=True,
+    )
+    hist = training.fit(
+        lm, training.lm_loss, tasks.lm_batches(train_ids, 64, 32, rng=g), steps=300, lr=3e-3, progress=False
+    )
     model_loss = training.lm_eval_loss(lm, val_ids, 64)
     bigram = training.bigram_loss(train_ids, val_ids, tok.vocab_size)
     print(f"{len(hist.steps)} steps in {hist.seconds:.1f}s: validation loss {model_loss:.3f} nats, bigram {bigram:.3f}")
@@ -89,8 +106,16 @@ def test_fit_records_history_and_evaluations():
     model = tl.EncoderClassifier(vocab_size=5, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
     batches = tasks.iterate_batches(x, y, batch_size=16, rng=g, forever=True)
     accuracy = lambda m: {"acc": training.classification_accuracy(m, x, y)}
-    hist = training.fit(model, training.classification_loss, batches, steps=30, warmup=5, eval_every=10,
-                        eval_fn=accuracy, progress=False)  # fmt: skip
+    hist = training.fit(
+        model,
+        training.classification_loss,
+        batches,
+        steps=30,
+        warmup=5,
+        eval_every=10,
+        eval_fn=accuracy,
+        progress=False,
+    )
     assert hist.steps == list(range(30)) and len(hist.losses) == 30
     assert hist.eval_steps == [10, 20, 29]
     assert hist.losses[-1] < hist.losses[0]

@@ -73,8 +73,9 @@ def test_dataflow_and_architecture_name_the_options_of_a_decoder_only_model(bloc
 
 
 def test_training_curves():
-    h = tl.History(steps=list(range(50)), losses=[1 / (i + 1) for i in range(50)], eval_steps=[49],
-                   evals=[{"acc": 0.9}])  # fmt: skip
+    h = tl.History(
+        steps=list(range(50)), losses=[1 / (i + 1) for i in range(50)], eval_steps=[49], evals=[{"acc": 0.9}]
+    )
     fig = viz.plot_training_curves(h, metric="acc")
     assert len(fig.axes) == 2
 
@@ -176,22 +177,35 @@ def test_mask_broadcast_shows_padding_and_causal_for_every_sentence_and_head():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_dataflow_is_read_off_the_model_layer_by_layer(norm_first):
-    model = tl.Transformer(vocab_size=11, tgt_vocab_size=7, d_model=16, num_heads=2, num_layers=1,
-                           num_decoder_layers=3, norm_first=norm_first)  # fmt: skip
+    model = tl.Transformer(
+        vocab_size=11,
+        tgt_vocab_size=7,
+        d_model=16,
+        num_heads=2,
+        num_layers=1,
+        num_decoder_layers=3,
+        norm_first=norm_first,
+    )
     fig = viz.plot_dataflow(model)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts.count("self-attention") == 1 and texts.count("masked self-attention") == 3
     assert texts.count("cross-attention") == 3 and texts.count("+") == 2 * 1 + 3 * 3
     assert texts.count("final LayerNorm") == (2 if norm_first else 0)
     assert "head: Linear 16 -> 7" in texts
-    memory_arrows = [a for a in fig.axes[0].texts if type(a).__name__ == "Annotation" and a.arrow_patch is not None
-                     and a.arrow_patch.get_edgecolor()[:3] == matplotlib.colors.to_rgb("#3182bd")]  # fmt: skip
+    memory_arrows = [
+        a
+        for a in fig.axes[0].texts
+        if type(a).__name__ == "Annotation"
+        and a.arrow_patch is not None
+        and a.arrow_patch.get_edgecolor()[:3] == matplotlib.colors.to_rgb("#3182bd")
+    ]
     assert len(memory_arrows) == 3  # the encoder's output reaches every decoder layer
 
 
 def test_curves_draw_one_line_per_curve_plus_the_levels_and_check_lengths():
-    fig = viz.plot_curves({"a": ([1, 2, 3], [3.0, 2.0, 1.0]), "b": ([1, 2, 3], [1.0, 1.5, 2.0])},
-                          hlines={"floor": 0.5}, log="x")  # fmt: skip
+    fig = viz.plot_curves(
+        {"a": ([1, 2, 3], [3.0, 2.0, 1.0]), "b": ([1, 2, 3], [1.0, 1.5, 2.0])}, hlines={"floor": 0.5}, log="x"
+    )
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.get_lines()] == ["a", "b", "floor"]
     assert list(ax.get_lines()[1].get_ydata()) == [1.0, 1.5, 2.0] and ax.get_xscale() == "log"

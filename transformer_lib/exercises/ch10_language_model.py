@@ -57,8 +57,10 @@ def check_nucleus_set(fn: Callable[[torch.Tensor, float], torch.Tensor]) -> str:
         if not got.all() and probs[got].min() < probs[~got].max():
             return f"For top_p={p} you kept a token less likely than one you dropped: sort by probability first."
         if got.sum() < want.sum():
-            return (f"Too few tokens for top_p={p}: the token whose probability carries the mass past top_p "
-                    "belongs to the set too.")  # fmt: skip
+            return (
+                f"Too few tokens for top_p={p}: the token whose probability carries the mass past top_p "
+                "belongs to the set too."
+            )
         return f"Too many tokens for top_p={p}: expected {want.tolist()}, got {got.tolist()}."
     return CORRECT
 

@@ -65,13 +65,14 @@ def check_rotary(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> st
     if _close(got, want, atol=1e-5):
         return CORRECT
     if _close(got, _rotate(x, positions, pairs="adjacent"), atol=1e-5):
-        return ("Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, pairs "
-                "coordinate i with i + d_k/2, so that weights load unchanged.")  # fmt: skip
+        return (
+            "Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, pairs "
+            "coordinate i with i + d_k/2, so that weights load unchanged."
+        )
     if _close(got, _rotate(x, -positions), atol=1e-5):
         return "Rotated the wrong way: the first of the pair becomes a cos - b sin, the second a sin + b cos."
     if _close(got[..., 0, :], x[..., 0, :], atol=1e-5) and not _close(got[..., 1, :], want[..., 1, :], atol=1e-5):
-        return ("Position 0 is right, the others are not: check the angles, position * base ** (-2i / d_k) "
-                "for pair i.")  # fmt: skip
+        return "Position 0 is right, the others are not: check the angles, position * base ** (-2i / d_k) for pair i."
     return "Not the rotation: compare one pair at position 1 with the closed form by hand."
 
 

@@ -130,8 +130,17 @@ def plot_architecture(model: nn.Module, ax=None, max_depth: int = 3) -> Figure:
 
 def _box(ax, x: float, y: float, text: str, width: float = 2.6, color: str = "#e8eef7") -> None:
     """A labelled box centred at (x, y)."""
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.22), width, 0.44, boxstyle="round,pad=0.02",
-                                facecolor=color, edgecolor="#555555", linewidth=0.8))  # fmt: skip
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - width / 2, y - 0.22),
+            width,
+            0.44,
+            boxstyle="round,pad=0.02",
+            facecolor=color,
+            edgecolor="#555555",
+            linewidth=0.8,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=7.5)
 
 
@@ -197,7 +206,7 @@ def plot_dataflow(model: nn.Module, ax=None) -> Figure:
         )
     ]
     if encoder:
-        sides.insert(0, (2.0, "source", cfg.num_layers, [names["self"], names["ffn"]]))  # fmt: skip
+        sides.insert(0, (2.0, "source", cfg.num_layers, [names["self"], names["ffn"]]))
     for x, side, layers, sublayers in sides:
         _box(ax, x, 0.0, f"{side if encoder else 'token'} ids (B, {'S' if side == 'source' else 'T'})", color="white")
         _box(ax, x, 0.7, f"embedding{scale}")
@@ -212,8 +221,17 @@ def plot_dataflow(model: nn.Module, ax=None) -> Figure:
                 if name == names["cross"]:
                     cross_ys.append(y + 0.6 * (2 if pre else 1))  # the row of the cross-attention box
                 y = top
-            ax.add_patch(Rectangle((x - 1.7, start + 0.3), 3.4, y - start + 0.05, fill=False, edgecolor="#999999",
-                                   linestyle="--", linewidth=0.8))  # fmt: skip
+            ax.add_patch(
+                Rectangle(
+                    (x - 1.7, start + 0.3),
+                    3.4,
+                    y - start + 0.05,
+                    fill=False,
+                    edgecolor="#999999",
+                    linestyle="--",
+                    linewidth=0.8,
+                )
+            )
             ax.text(x + 1.75, start + 0.4, f"layer {layer}", fontsize=7, color="#777777")
         if cfg.final_norm:
             _box(ax, x, y + 0.7, f"final {names['norm']}", color="#f2f2f2")
@@ -226,8 +244,12 @@ def plot_dataflow(model: nn.Module, ax=None) -> Figure:
         _box(ax, 2.0, memory_y, "memory (B, S, d_model)", color="white")
         _up(ax, 2.0, columns["source"][0], memory_y)
         for cy in columns["target"][1]:  # the encoder's output reaches every decoder layer's cross-attention
-            ax.annotate("", xy=(7.0 - 1.3, cy), xytext=(2.0 + 1.3, memory_y),
-                        arrowprops=dict(_ARROW, color="#3182bd", connectionstyle="arc3,rad=-0.15"))  # fmt: skip
+            ax.annotate(
+                "",
+                xy=(7.0 - 1.3, cy),
+                xytext=(2.0 + 1.3, memory_y),
+                arrowprops=dict(_ARROW, color="#3182bd", connectionstyle="arc3,rad=-0.15"),
+            )
     top = columns["target"][0]
     vocab = cfg.tgt_vocab_size if encoder else cfg.vocab_size
     tied = ", tied to the embedding" if cfg.tie_embeddings else ""
@@ -238,8 +260,9 @@ def plot_dataflow(model: nn.Module, ax=None) -> Figure:
     kind = "encoder-decoder" if encoder else "decoder-only model"
     bias = "" if cfg.bias else ", no biases"
     norm = "LN" if cfg.norm == "layer" else "RMSNorm"
-    ax.set_title(f"{'pre' if pre else 'post'}-{norm} {kind}, d_model = {cfg.d_model}, "
-                 f"{cfg.num_heads} heads{bias}", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"{'pre' if pre else 'post'}-{norm} {kind}, d_model = {cfg.d_model}, {cfg.num_heads} heads{bias}", fontsize=10
+    )
     ax.set(xlim=(0.0, 9.2 if encoder else 4.2), ylim=(-0.5, max(top + 1.9, memory_y + 0.5)))
     ax.axis("off")
     return fig
@@ -283,8 +306,15 @@ def plot_residual_wiring(norm_first: bool, ax=None) -> Figure:
     ax.plot([0.4, 0.4, plus, plus], [0.1, 0.85, 0.85, 0.3], color=ok, linewidth=2)  # the skip connection
     ax.annotate("", xy=(plus, 0.23), xytext=(plus, 0.32), arrowprops=dict(_ARROW, color=ok))
     ax.plot([plus + 0.25, 6.05], [-0.55, -0.55], color=ok if norm_first else bad, linewidth=2)
-    ax.text((plus + 6.05) / 2, -0.75, "identity from x to out" if norm_first else "passes a LayerNorm",
-            ha="center", va="top", fontsize=8, color=ok if norm_first else bad)  # fmt: skip
+    ax.text(
+        (plus + 6.05) / 2,
+        -0.75,
+        "identity from x to out" if norm_first else "passes a LayerNorm",
+        ha="center",
+        va="top",
+        fontsize=8,
+        color=ok if norm_first else bad,
+    )
     title = "pre-LN: x + Sublayer(LN(x))" if norm_first else "post-LN: LN(x + Sublayer(x))"
     ax.set_title(title, fontsize=10)
     ax.set(xlim=(-0.1, 6.8), ylim=(-1.1, 1.15))

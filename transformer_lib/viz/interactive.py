@@ -81,10 +81,16 @@ def attention_explorer(
 _BEGIN, _END = "<!-- transformer_lib slider figure -->", "<!-- end slider figure -->"
 # matplotlib's player draws its buttons with Font Awesome from a CDN; plain glyphs work offline.
 _ICONS = {
-    "fa-minus": "&minus;", "fa-fast-backward": "&laquo;", "fa-step-backward": "&lsaquo;",
-    "fa-play fa-flip-horizontal": "&#9664;", "fa-pause": "&#10074;&#10074;", "fa-play": "&#9654;",
-    "fa-step-forward": "&rsaquo;", "fa-fast-forward": "&raquo;", "fa-plus": "+",
-}  # fmt: skip
+    "fa-minus": "&minus;",
+    "fa-fast-backward": "&laquo;",
+    "fa-step-backward": "&lsaquo;",
+    "fa-play fa-flip-horizontal": "&#9664;",
+    "fa-pause": "&#10074;&#10074;",
+    "fa-play": "&#9654;",
+    "fa-step-forward": "&rsaquo;",
+    "fa-fast-forward": "&raquo;",
+    "fa-plus": "+",
+}
 
 
 def _offline_player(html: str, alt: str, label: str = "frame") -> str:

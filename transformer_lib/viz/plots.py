@@ -207,8 +207,9 @@ def plot_mask_broadcast(padding: torch.Tensor, causal: torch.Tensor, num_heads: 
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"sentence {b}, head {h}", fontsize=8)
-    fig.suptitle(f"padding {tuple(padding.shape)} & causal {tuple(causal.shape)} -> scores {tuple(combined.shape)}",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"padding {tuple(padding.shape)} & causal {tuple(causal.shape)} -> scores {tuple(combined.shape)}", fontsize=10
+    )
     return fig
 
 

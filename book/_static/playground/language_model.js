@@ -57,7 +57,7 @@ function settings(info) {
 
 // The last position's logits (V) and the settings -> {probs: the model's own probabilities (temperature 1),
 // order: the ids likeliest first, sampling: the distribution the next character is drawn from}.
-// As _sample_next in models.py: logits / temperature; keep every logit at least the k-th largest
+// As _sample_next in transformer_lib/decoding.py: logits / temperature; keep every logit at least the k-th largest
 // (top-k, 0: all; ties with the k-th are kept, as there); then the smallest set of likeliest whose
 // probabilities, renormalised, reach top-p (1: all; the likeliest is always kept); renormalise.
 // Temperature 0 is greedy.

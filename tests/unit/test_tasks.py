@@ -22,10 +22,18 @@ def test_pad_sequences():
 
 @pytest.mark.parametrize(
     "n,words",
-    [(0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"), (100, "one hundred"),
-     (101, "one hundred one"), (4021, "four thousand twenty-one"), (70000, "seventy thousand"),
-     (999999, "nine hundred ninety-nine thousand nine hundred ninety-nine")],
-)  # fmt: skip
+    [
+        (0, "zero"),
+        (13, "thirteen"),
+        (40, "forty"),
+        (99, "ninety-nine"),
+        (100, "one hundred"),
+        (101, "one hundred one"),
+        (4021, "four thousand twenty-one"),
+        (70000, "seventy thousand"),
+        (999999, "nine hundred ninety-nine thousand nine hundred ninety-nine"),
+    ],
+)
 def test_number_to_words(n, words):
     assert tasks.number_to_words(n) == words
 
