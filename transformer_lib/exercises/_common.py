@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
 import torch
 
 CORRECT = "Correct!"
@@ -36,3 +40,58 @@ def _measured(what: str, *results) -> list[float] | str:
     except (TypeError, ValueError, RuntimeError):
         got = " and ".join(type(r).__name__ for r in results)
         return f"Return {what} as a number, got {got}."
+
+
+_BY_HAND = "transformer_lib.exercises: written by hand"  # the message of the error a refused call raises
+
+
+def _refuse(*args, **kwargs):
+    raise NotImplementedError("transformer_lib.exercises: written by hand")  # no global names: runs as others' code
+
+
+@contextlib.contextmanager
+def by_hand(*functions: Callable) -> Iterator[None]:
+    """Within the block, every call of one of these library functions raises, however it was imported.
+
+    The function objects themselves are changed (their code is swapped, under decorators too), so
+    `tl.f`, `from ... import f` and a name bound before the check all refuse. Compute the checker's
+    own expectations before the block.
+    """
+    saved = []
+    try:
+        for function in functions:
+            target = getattr(function, "__func__", function)  # a bound method: its function
+            while hasattr(target, "__wrapped__"):  # e.g. under @torch.no_grad(): the function it wraps
+                target = target.__wrapped__
+            if target.__closure__:
+                raise TypeError(f"by_hand cannot guard {target.__qualname__}: it has a closure")
+            saved.append((target, target.__code__))
+            target.__code__ = _refuse.__code__
+        yield
+    finally:
+        for target, code in saved:
+            target.__code__ = code
+
+
+def attempt(
+    fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), names: str = ""
+) -> tuple[Any, str | None]:
+    """Run the learner's fn(*args); return (result, None), or (None, the hint to give instead).
+
+    Never raises on a wrong answer: an exception in the learner's code becomes a hint that names the
+    input (`case`) it failed on. `NotYetDone` (the student edition's stub) is let through, so the
+    notebook says which exercise is still to do. With `forbidden`, those library functions refuse
+    to run (see `by_hand`); `names` says in the hint which ones they are.
+    """
+    try:
+        with by_hand(*forbidden):
+            result = fn(*args)
+    except NotYetDone:
+        raise
+    except Exception as error:  # the learner's bug, reported as a hint
+        if isinstance(error, NotImplementedError) and str(error) == _BY_HAND:
+            return None, f"This exercise asks you to write it by hand, but your answer called {names or 'the library'}."
+        return None, f"Your code raised {type(error).__name__} on {case}: {error}"
+    if result is None:
+        return None, _TODO
+    return result, None
