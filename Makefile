@@ -101,7 +101,7 @@ unit: $(STAMP)
 book-tests: $(STAMP)
 	$(PYTEST) tests/book --junitxml=$(REPORTS)/junit-book.xml
 
-NBVAL := $(PYTEST) --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+NBVAL := $(PYTEST) --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
 notebooks: $(STAMP)
 	NOTEBOOK_REPORT=$(REPORTS)/notebooks.json $(NBVAL) --junitxml=$(REPORTS)/junit-notebooks.xml

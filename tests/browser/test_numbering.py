@@ -46,9 +46,10 @@ def _page(path: Path) -> str:
 
 
 def _main(html: str) -> str:
-    """The page's article, without the side bar (whose numbers belong to other pages)."""
+    """The page's article, without the side bar and the previous/next links (their numbers are other pages')."""
     start = html.find('<article class="bd-article"')
-    return html[start:] if start >= 0 else html
+    end = html.find('<footer class="prev-next-footer', start)
+    return html[max(start, 0) : end if end >= 0 else None]
 
 
 def numbered_chapters() -> dict[int, str]:
