@@ -23,6 +23,7 @@ help:
 	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh, then"
 	@echo "               rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
 	@echo "make student   write the student edition (no solutions) to _build/student"
+	@echo "make slides    one reveal.js slide deck per chapter, from its notebook, to _build/slides (works offline)"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
 	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
 	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
@@ -131,6 +132,20 @@ execute: $(STAMP)
 
 student: $(STAMP)
 	$(BIN)/python tools/student_edition.py --out _build/student
+
+# One reveal.js deck per chapter, from its notebook with the stored outputs, in _build/slides (index.html
+# links them; tools/slides.py). reveal.js comes from npm (package-lock.json), MathJax from the book extra,
+# so the decks work offline. Without npm the decks are skipped loudly; under CI=true that is a failure.
+.PHONY: slides
+slides: $(STAMP) $(NPM_STAMP)
+	@if [ -f node_modules/reveal.js/dist/reveal.js ]; then \
+		$(BIN)/python tools/slides.py --out _build/slides; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "CI=true: node and npm are needed for the slides (apt-get install nodejs npm)"; exit 1; \
+	else \
+		echo "!!! SLIDES SKIPPED: npm not found, so reveal.js is missing and no deck was written."; \
+		echo "!!! Install node and npm (apt-get install nodejs npm), then run make slides again."; \
+	fi
 
 benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)
