@@ -24,6 +24,7 @@ help:
 	@echo "               rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
 	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make slides    one reveal.js slide deck per chapter, from its notebook, to _build/slides (works offline)"
+	@echo "make wheelhouse every wheel a lab machine without internet needs, to _build/wheelhouse (book/instructors.md)"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
 	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
 	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
@@ -146,6 +147,13 @@ slides: $(STAMP) $(NPM_STAMP)
 		echo "!!! SLIDES SKIPPED: npm not found, so reveal.js is missing and no deck was written."; \
 		echo "!!! Install node and npm (apt-get install nodejs npm), then run make slides again."; \
 	fi
+
+# Every wheel that a lab machine without internet needs for `pip install --no-index --find-links wheelhouse
+# "transformer_lib[book]"` (book/instructors.md): the package's own wheel, built from a copy of it, and its
+# book extra's dependencies pinned by constraints.txt, in _build/wheelhouse (tools/wheelhouse.py).
+.PHONY: wheelhouse
+wheelhouse: $(STAMP)
+	$(BIN)/python tools/wheelhouse.py --out _build/wheelhouse
 
 benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)
