@@ -13,6 +13,7 @@ from torch import nn
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 from transformer_lib.exercises.ch03_positional_encoding import _doubled_exponent
+from transformer_lib.exercises.ch12_modern_blocks import _rotate
 
 
 def _attention(q, k, v, scale=True, axis=-1):
@@ -311,21 +312,14 @@ CASES = {
         (lambda x, w, e: x / (x.pow(2).mean(-1, keepdim=True) + e).sqrt(), "weight"),
         (lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) + e).sqrt() * w, "mean of the squares"),
         (lambda x, w, e: x / x.pow(2).mean(-1, keepdim=True).sqrt() * w, "eps")]),
-    "rotary": (ex.check_rotary, lambda x, pos: tl.apply_rotary(x, pos), [
-        (lambda x, pos: _rotate_adjacent(x, pos), "adjacent pairs"),
-        (lambda x, pos: tl.apply_rotary(x, -pos), "wrong way"),
-        (lambda x, pos: tl.apply_rotary(x, pos * 2), "angles")]),
+    "rotary": (ex.check_rotary, lambda x, pos: _rotate(x, pos), [
+        (lambda x, pos: _rotate(x, pos, pairs="adjacent"), "adjacent pairs"),
+        (lambda x, pos: _rotate(x, -pos), "wrong way"),
+        (lambda x, pos: _rotate(x, pos * 2), "angles"), (lambda x, pos: tl.apply_rotary(x, pos), "by hand")]),
     "position_accuracy": (ex.check_position_accuracy, lambda p, t, s: (p[:, s:] == t[:, :-s]).float().mean(0), [
         (lambda p, t, s: (p[:, :-s] == t[:, s:]).float().mean(0), "wrong way"),
         (lambda p, t, s: (p == t.roll(s, 1)).float().mean(0), "T - shift")]),
 }  # fmt: skip
-
-
-def _rotate_adjacent(x, positions):
-    """RoPE with the paper's adjacent pairs (2i, 2i + 1): the same turn, another layout."""
-    from transformer_lib.exercises.ch12_modern_blocks import _rotate
-
-    return _rotate(x, positions, pairs="adjacent")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -6,40 +6,96 @@ from collections.abc import Callable
 
 import torch
 
-from ._common import _TODO, CORRECT, _close, _shape
+from .. import positional
+from ._common import CORRECT, attempt
+from ._match import first_mistake, same, tensor_problem
 
 __all__ = ["check_rms_norm", "check_rotary", "check_position_accuracy"]
 
 
+def _rms_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
+    """(name, x, weight, eps): shapes, widths, means and eps all vary; one eps is large enough to matter."""
+    g = torch.Generator().manual_seed(12)
+    x1 = torch.randn(3, 5, 8, generator=g) * 3 + 1  # a mean far from 0 tells RMSNorm from LayerNorm
+    x2 = torch.randn(4, 6, generator=g) * 0.5 - 0.3  # small values: eps = 0.5 changes the result a lot
+    x2[1] = 0.0  # an all-zero row: without eps inside the root it becomes NaN
+    x3 = torch.randn(2, 3, 4, 16, generator=g) * 2
+    return [
+        ("x of shape (3, 5, 8) with eps=1e-05", x1, torch.rand(8, generator=g) + 0.5, 1e-5),
+        ("x of shape (4, 6) with eps=0.5 (one row all zeros)", x2, torch.rand(6, generator=g) + 0.5, 0.5),
+        ("x of shape (2, 3, 4, 16) with eps=0.01", x3, torch.randn(16, generator=g), 0.01),
+    ]
+
+
+def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[torch.Tensor, str]]:
+    x = x.double()
+    w = w.double()
+    ms = x.pow(2).mean(-1, keepdim=True)
+    centred = x - x.mean(-1, keepdim=True)
+    var = centred.pow(2).mean(-1, keepdim=True)
+    return [
+        (
+            x / (ms.sqrt() + eps) * w,
+            "eps is outside the square root: add it to the mean of the squares, sqrt(mean(x**2) + eps).",
+        ),
+        (x / ms.sqrt() * w, "Your answer ignores eps (it matters when eps is large): sqrt(mean(x**2) + eps)."),
+        (
+            x / (ms + 1e-5).sqrt() * w,
+            "Your answer uses eps=1e-5 whatever eps it is given: use the eps argument.",
+        ),
+        (x / (ms + 1e-6).sqrt() * w, "Your answer uses eps=1e-6 whatever eps it is given: use the eps argument."),
+        (
+            centred / (var + eps).sqrt() * w,
+            "That is LayerNorm: RMSNorm does not subtract the mean, it divides by the root mean square.",
+        ),
+        (centred / (ms + eps).sqrt() * w, "RMSNorm does not subtract the mean from x: divide x itself."),
+        (
+            x / (var + eps).sqrt() * w,
+            "That divides by the standard deviation: RMSNorm uses mean(x**2), not the variance.",
+        ),
+        (x / (ms + eps).sqrt(), "Almost: multiply by the learned weight (the gain) at the end."),
+        (x / (ms + eps) * w, "Take the square root: divide by sqrt(mean(x**2) + eps), not by the mean square."),
+        (
+            x / (x.pow(2).sum(-1, keepdim=True) + eps).sqrt() * w,
+            "Use the mean of the squares over the last dimension, not their sum.",
+        ),
+        (
+            x / (x.pow(2).mean(0, keepdim=True) + eps).sqrt() * w,
+            "Normalise over the last dimension (the features), not the first.",
+        ),
+        (x / (ms + eps).sqrt() + w, "Multiply by the weight, do not add it."),
+    ]
+
+
 def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> str:
     """fn(x (..., d), weight (d,), eps) -> x / sqrt(mean(x**2) + eps) * weight, over the last dimension."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 5, 8, generator=g) * 3 + 1  # (3, 5, 8): a mean far from 0 tells RMSNorm from LayerNorm
-    weight = torch.rand(8, generator=g) + 0.5  # (8,)
-    got = fn(x, weight, 1e-5)
-    if got is None:
-        return _TODO
-    want = torch.nn.functional.rms_norm(x, (8,), weight, 1e-5)  # PyTorch's own, not ours
-    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
-        return f"Return a tensor shaped like x, {tuple(x.shape)}; got {_shape(got)}."
-    if _close(got, want, atol=1e-4):
-        tiny = fn(torch.zeros(2, 8), torch.ones(8), 1e-5)
-        if not torch.isfinite(tiny).all():
-            return "An all-zero vector gives NaN: add eps inside the square root."
-        return CORRECT
-    if _close(got, torch.nn.functional.layer_norm(x, (8,), weight, None, 1e-5), atol=1e-4):
-        return "That is LayerNorm: RMSNorm does not subtract the mean, it divides by the root mean square."
-    if _close(got, want / weight, atol=1e-4):
-        return "Almost: multiply by the learned weight (the gain) at the end."
-    if _close(got, x / (x.pow(2).sum(-1, keepdim=True) + 1e-5).sqrt() * weight, atol=1e-4):
-        return "Use the mean of the squares over the last dimension, not their sum."
-    return "Not equal to torch.nn.functional.rms_norm: x / sqrt(mean(x**2, last dim) + eps) * weight."
+    for case, x, weight, eps in _rms_cases():
+        want = x.double() / (x.double().pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight.double()
+        got, hint = attempt(fn, x.clone(), weight.clone(), eps, case=case)
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        if same(got, want):
+            continue
+        found = first_mistake(got, want, _rms_mistakes(x, weight, eps))
+        if found:
+            return found
+        if not torch.isfinite(got).all():
+            return f"On {case} your answer has NaN or inf: an all-zero vector needs eps inside the square root."
+        return f"Not RMSNorm on {case}: x / sqrt(mean(x**2 over the last dimension) + eps) * weight."
+
+    return CORRECT
 
 
-def _rotate(x: torch.Tensor, positions: torch.Tensor, pairs: str = "halves") -> torch.Tensor:
-    """The closed form of RoPE: each pair of coordinates turned by position * base ** (-2i / d)."""
+def _rotate(x: torch.Tensor, positions: torch.Tensor, pairs: str = "halves", rate_scale: float = 1.0) -> torch.Tensor:
+    """The closed form of RoPE: each pair of coordinates turned by position * base ** (-2i / d).
+
+    rate_scale multiplies the exponent (2 gives the doubled exponent, 0.5 the forgotten 2).
+    """
     d = x.shape[-1]
-    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,): one frequency per pair
+    theta = 10000.0 ** (-rate_scale * torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,): one per pair
     angle = positions[:, None].double() * theta  # (T, d/2)
     if pairs == "halves":  # coordinates i and i + d/2 form a pair (Llama's layout in Hugging Face)
         a, b = x[..., : d // 2].double(), x[..., d // 2 :].double()
@@ -47,33 +103,90 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, pairs: str = "halves") -> 
         a, b = x[..., 0::2].double(), x[..., 1::2].double()
     ra, rb = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
     if pairs == "halves":
-        return torch.cat([ra, rb], dim=-1).to(x.dtype)
-    return torch.stack([ra, rb], dim=-1).flatten(-2).to(x.dtype)
+        return torch.cat([ra, rb], dim=-1)
+    return torch.stack([ra, rb], dim=-1).flatten(-2)
+
+
+def _rotary_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(13)
+    cases = []
+    for shape, positions in (
+        ((2, 3, 6, 8), [0, 1, 2, 5, 9, 40]),
+        ((1, 2, 5, 16), [7, 3, 3, 100, 12]),
+        ((3, 1, 4, 4), [11, 12, 13, 14]),
+    ):
+        cases.append((f"x {shape} at positions {positions}", torch.randn(*shape, generator=g), torch.tensor(positions)))
+    return cases
 
 
 def check_rotary(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
-    """fn(x (B, h, T, d_k), positions (T,)) -> x, each (i, i + d_k/2) pair turned by position * 10000**(-2i/d_k)."""
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, 3, 6, 8, generator=g)  # (B, h, T, d_k)
-    positions = torch.tensor([0, 1, 2, 5, 9, 40])
-    got = fn(x, positions)
-    if got is None:
-        return _TODO
-    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
-        return f"Return a tensor shaped like x, {tuple(x.shape)}; got {_shape(got)}."
-    want = _rotate(x, positions)
-    if _close(got, want, atol=1e-5):
-        return CORRECT
-    if _close(got, _rotate(x, positions, pairs="adjacent"), atol=1e-5):
-        return (
-            "Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, pairs "
-            "coordinate i with i + d_k/2, so that weights load unchanged."
+    """fn(x (B, h, T, d_k), positions (T,)) -> x, each (i, i + d_k/2) pair turned by position * 10000**(-2i/d_k).
+
+    Written by hand: tl.apply_rotary (and the helpers it calls) refuse to run during the check.
+    """
+    for case, x, positions in _rotary_cases():
+        want = _rotate(x, positions)
+        T = positions.numel()
+        got, hint = attempt(
+            fn,
+            x.clone(),
+            positions.clone(),
+            case=case,
+            forbidden=(positional.apply_rotary, positional.rotary_tables, positional.turn),
+            names="tl.apply_rotary",
         )
-    if _close(got, _rotate(x, -positions), atol=1e-5):
-        return "Rotated the wrong way: the first of the pair becomes a cos - b sin, the second a sin + b cos."
-    if _close(got[..., 0, :], x[..., 0, :], atol=1e-5) and not _close(got[..., 1, :], want[..., 1, :], atol=1e-5):
-        return "Position 0 is right, the others are not: check the angles, position * base ** (-2i / d_k) for pair i."
-    return "Not the rotation: compare one pair at position 1 with the closed form by hand."
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        if same(got, want, atol=1e-4):
+            continue
+        mistakes = [
+            (
+                _rotate(x, positions, pairs="adjacent"),
+                "Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, pairs "
+                "coordinate i with i + d_k/2, so that weights load unchanged.",
+            ),
+            (
+                _rotate(x, -positions),
+                "Rotated the wrong way: the first of the pair becomes a cos - b sin, the second a sin + b cos.",
+            ),
+            (
+                _rotate(x, positions, rate_scale=2.0),
+                "The exponent is doubled: pair i turns by position * 10000 ** (-2i / d_k), with i counting pairs.",
+            ),
+            (
+                _rotate(x, positions, rate_scale=0.5),
+                "The exponent lacks its 2: pair i turns by position * 10000 ** (-2i / d_k).",
+            ),
+            (
+                _rotate(x, torch.arange(T)),
+                f"Your answer turns by 0, 1, 2, ... instead of the positions it is given ({case}): use `positions`.",
+            ),
+            (x.double(), "Nothing was turned: the output equals x."),
+        ]
+        found = first_mistake(got, want, mistakes, atol=1e-4)
+        if found:
+            return found
+        if same(got[..., :1, :], want[..., :1, :], atol=1e-4) and positions[0] == 0:
+            return (
+                f"On {case} position 0 is right, the others are not: check the angles, position * 10000 ** (-2i / d_k)."
+            )
+        return f"Not the rotation on {case}: compare one pair at one position with the closed form by hand."
+    return CORRECT
+
+
+def _copy_case(seed: int, B: int, T: int, shift: int, vocab: int):
+    """Random tokens and predictions that copy the token `shift` back, often right, sometimes not."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab, (B, T), generator=g)
+    predictions = torch.randint(0, vocab, (B, T), generator=g)
+    copy = torch.rand(B, T, generator=g) < torch.linspace(0.9, 0.3, T)  # accuracy falls along the positions
+    predictions[:, shift:] = torch.where(copy[:, shift:], tokens[:, :-shift], predictions[:, shift:])
+    same_place = torch.rand(B, T, generator=g) < 0.15  # some predictions repeat the token in place
+    predictions = torch.where(same_place, tokens, predictions)
+    return tokens, predictions
 
 
 def check_position_accuracy(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> str:
@@ -81,20 +194,43 @@ def check_position_accuracy(fn: Callable[[torch.Tensor, torch.Tensor, int], torc
 
     Position i (from shift on) is right when predictions[:, i] == tokens[:, i - shift].
     """
-    tokens = torch.tensor([[5, 6, 7, 8, 9, 1], [2, 3, 4, 5, 6, 7]])  # (2, 6)
-    shift = 2
-    predictions = torch.tensor([[0, 0, 5, 6, 0, 0], [0, 0, 2, 0, 4, 5]])  # (2, 6)
-    got = fn(predictions, tokens, shift)
-    if got is None:
-        return _TODO
-    want = (predictions[:, shift:] == tokens[:, :-shift]).float().mean(0)  # (4,): positions 2..5, [1, .5, .5, .5]
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        if isinstance(got, torch.Tensor) and got.numel() == tokens.shape[1]:
-            return f"Positions before `shift` have no token to copy: return T - shift = {want.numel()} values."
-        return f"Return one accuracy per position from shift on, shape {tuple(want.shape)}; got {_shape(got)}."
-    if torch.allclose(got.float(), want):
-        return CORRECT
-    wrong_way = (predictions[:, :-shift] == tokens[:, shift:]).float().mean(0)
-    if torch.allclose(got.float(), wrong_way):
-        return "Shifted the wrong way: position i copies the token `shift` places *before* it, tokens[:, i - shift]."
-    return f"Expected {want.tolist()} (the mean over the batch at each position), got {got.tolist()}."
+    for seed, B, T, shift, vocab in ((0, 16, 9, 3, 5), (1, 40, 12, 1, 4), (2, 7, 20, 8, 6)):
+        tokens, predictions = _copy_case(seed, B, T, shift, vocab)
+        case = f"a batch of shape ({B}, {T}) with shift={shift}"
+        want = (predictions[:, shift:] == tokens[:, :-shift]).double().mean(0)  # (T - shift,)
+        got, hint = attempt(fn, predictions.clone(), tokens.clone(), shift, case=case)
+        if hint:
+            return hint
+        if isinstance(got, torch.Tensor) and got.shape != want.shape:
+            if got.numel() == T:
+                return f"Positions before `shift` have no token to copy: return T - shift = {T - shift} values."
+            if got.shape == (B,):
+                return "That is one accuracy per sequence: average over the batch (dim 0), one value per position."
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        if same(got, want, atol=1e-6):
+            continue
+        hits = predictions[:, shift:] == tokens[:, :-shift]
+        mistakes = [
+            (
+                (predictions[:, :-shift] == tokens[:, shift:]).double().mean(0),
+                "Shifted the wrong way: position i copies the token `shift` places *before* it, tokens[:, i - shift].",
+            ),
+            (
+                (predictions[:, shift:] == tokens[:, shift:]).double().mean(0),
+                "No shift: you compared each prediction with the token at its own position; "
+                "compare with tokens[:, i - shift].",
+            ),
+            (
+                (predictions[:, shift:] == tokens[:, shift - 1 : T - 1]).double().mean(0),
+                "Off by one: that compares with the token one place back; use `shift` places back.",
+            ),
+            (hits.double().sum(0), "Those are counts: divide by the batch size for an accuracy."),
+            (1 - hits.double().mean(0), "Upside down: that is the error rate, 1 - accuracy."),
+        ]
+        return first_mistake(got, want, mistakes, atol=1e-6) or (
+            f"On {case} expected {[round(v, 3) for v in want.tolist()]} (the mean over the batch at each position), "
+            f"got {[round(v, 3) for v in got.double().tolist()]}."
+        )
+    return CORRECT

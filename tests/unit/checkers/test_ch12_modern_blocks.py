@@ -1,0 +1,200 @@
+"""Mutation suite for the checkers of chapter 12 (modern blocks): classic mistakes are named, other routes pass."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "12_modern_blocks.ipynb"
+
+
+def _notebook_solution(name: str):
+    """The function `name` as the notebook's solution cell defines it (its print lines left out)."""
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in source:
+            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
+            exec("\n".join(line for line in source.splitlines() if not line.startswith("print(")), namespace)
+            return namespace[name]
+    raise LookupError(name)
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+def _raises(*args):
+    raise RuntimeError("The size of tensor a (8) must match the size of tensor b (6)")
+
+
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("solution_rms_norm", ex.check_rms_norm),
+        ("solution_rotary", ex.check_rotary),
+        ("solution_position_accuracy", ex.check_position_accuracy),
+    ],
+)
+def test_the_notebook_solution_passes(name, check):
+    assert check(_notebook_solution(name)) == ex.CORRECT
+
+
+# ---- RMSNorm ------------------------------------------------------------------------------------
+
+
+def _ms(x):
+    return x.pow(2).mean(-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda x, w, e: x / (_ms(x).sqrt() + e) * w, "outside the square root"),
+        (lambda x, w, e: x / _ms(x).sqrt() * w, "ignores eps"),
+        (lambda x, w, e: x / (_ms(x) + 1e-5).sqrt() * w, "uses eps=1e-5 whatever"),
+        (lambda x, w, e: F.layer_norm(x, x.shape[-1:], w, None, e), "That is LayerNorm"),
+        (lambda x, w, e: x / (_ms(x) + e).sqrt(), "learned weight"),
+        (lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) + e).sqrt() * w, "not their sum"),
+        (lambda x, w, e: x / (_ms(x) + e) * w, "square root"),
+        (lambda x, w, e: x / (x.var(-1, unbiased=False, keepdim=True) + e).sqrt() * w, "standard deviation"),
+        (lambda x, w, e: x / (x.pow(2).mean(0, keepdim=True) + e).sqrt() * w, "not the first"),
+        (lambda x, w, e: x[..., :8] / (_ms(x[..., :8]) + e).sqrt() * w[:8], "expected shape"),
+        (lambda x, w, e: (x / (_ms(x) + e).sqrt() * w).tolist(), "Return a tensor"),
+        (lambda x, w, e: x / (_ms(x) + e).sqrt() * w * 1.1, "Not RMSNorm on"),
+        (_raises, "raised RuntimeError on x of shape (3, 5, 8)"),
+    ],
+)
+def test_rms_norm_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_rms_norm(wrong), phrase)
+
+
+def test_rms_norm_right_only_for_one_width_fails_naming_the_input():
+    _rejected(ex.check_rms_norm(lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) / 8 + e).sqrt() * w), "(4, 6)")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda x, w, e: F.rms_norm(x, x.shape[-1:], w, e),
+        lambda x, w, e: (x.double() * torch.rsqrt(x.double().square().mean(-1, keepdim=True) + e) * w).float(),
+        lambda x, w, e: w * x / torch.sqrt(torch.einsum("...d,...d->...", x, x)[..., None] / x.shape[-1] + e),
+    ],
+)
+def test_rms_norm_other_routes_pass(right):
+    assert ex.check_rms_norm(right) == ex.CORRECT
+
+
+def test_a_hint_never_names_a_mistake_that_was_not_made():
+    feedback = ex.check_rms_norm(lambda x, w, e: x / (_ms(x) + e).sqrt() * w * 1.1)
+    assert feedback.startswith("Not RMSNorm on")
+    assert not any(word in feedback for word in ("outside", "ignores", "LayerNorm", "sum", "NaN"))
+
+
+# ---- RoPE ---------------------------------------------------------------------------------------
+
+
+def _rope(x, positions, adjacent=False, exponent=2.0, sign=1.0, arange=False, base=10000.0):
+    d = x.shape[-1]
+    if arange:
+        positions = torch.arange(x.shape[-2])
+    rate = base ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)
+    angle = sign * positions[:, None].double() * rate
+    if adjacent:
+        a, b = x[..., 0::2].double(), x[..., 1::2].double()
+        return torch.stack([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], -1).flatten(-2)
+    a, b = x[..., : d // 2].double(), x[..., d // 2 :].double()
+    return torch.cat([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], -1)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda x, p: _rope(x, p, adjacent=True), "adjacent pairs"),
+        (lambda x, p: _rope(x, p, sign=-1.0), "wrong way"),
+        (lambda x, p: _rope(x, p, exponent=4.0), "exponent is doubled"),
+        (lambda x, p: _rope(x, p, exponent=1.0), "lacks its 2"),
+        (lambda x, p: _rope(x, p, arange=True), "instead of the positions"),
+        (lambda x, p: x, "Nothing was turned"),
+        (lambda x, p: _rope(x, p, base=500.0), "position 0 is right"),
+        (lambda x, p: tl.apply_rotary(x, p), "by hand"),
+        (lambda x, p: tl.positional.turn(x, *tl.positional.rotary_tables(p, x.shape[-1])), "by hand"),
+        (lambda x, p: _rope(x, p)[..., :-1, :], "expected shape"),
+        (_raises, "raised RuntimeError on x (2, 3, 6, 8)"),
+    ],
+)
+def test_rotary_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_rotary(wrong), phrase)
+
+
+def test_rotary_refuses_the_library_call_however_it_was_imported():
+    from transformer_lib.positional import apply_rotary
+
+    _rejected(ex.check_rotary(lambda x, p: apply_rotary(x, p)), "by hand")
+    assert torch.equal(tl.apply_rotary(torch.ones(1, 2, 4), torch.zeros(2)), torch.ones(1, 2, 4))  # given back
+
+
+def _rope_complex(x, positions):
+    d = x.shape[-1]
+    rate = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    turn = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64), positions[:, None] * rate)
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * turn
+    return torch.cat([z.real, z.imag], -1).float()
+
+
+@pytest.mark.parametrize("right", [_rope, _rope_complex])
+def test_rotary_other_routes_pass(right):
+    assert ex.check_rotary(right) == ex.CORRECT
+
+
+# ---- accuracy per position ----------------------------------------------------------------------
+
+
+def _accuracy(p, t, s, offset=None):
+    offset = s if offset is None else offset
+    T = t.shape[1]
+    return (p[:, s:] == t[:, s - offset : T - offset]).float().mean(0)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda p, t, s: (p[:, :-s] == t[:, s:]).float().mean(0), "wrong way"),
+        (lambda p, t, s: _accuracy(p, t, s, offset=0), "No shift"),
+        (lambda p, t, s: _accuracy(p, t, s, offset=1), "Off by one"),
+        (lambda p, t, s: (p == t.roll(s, 1)).float().mean(0), "T - shift"),
+        (lambda p, t, s: (p[:, s:] == t[:, :-s]).float().mean(1), "average over the batch"),
+        (lambda p, t, s: (p[:, s:] == t[:, :-s]).float().sum(0), "counts"),
+        (lambda p, t, s: (p[:, s:] != t[:, :-s]).float().mean(0), "error rate"),
+        (lambda p, t, s: (p[:, 3:] == t[:, :-3]).float().mean(0), "shift=1"),
+        (lambda p, t, s: (p[:, s:] == t[:, :-s]).sum(0), "counts"),
+        (lambda p, t, s: (p[:, s:] == t[:, :-s]).float().mean().item(), "Return a tensor"),
+        (_raises, "raised RuntimeError on a batch of shape (16, 9)"),
+    ],
+)
+def test_position_accuracy_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_position_accuracy(wrong), phrase)
+
+
+def test_no_shift_is_not_called_the_wrong_way():
+    feedback = ex.check_position_accuracy(lambda p, t, s: _accuracy(p, t, s, offset=0))
+    assert "wrong way" not in feedback
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda p, t, s: _accuracy(p, t, s).double(),
+        lambda p, t, s: torch.stack([(p[:, i] == t[:, i - s]).float().mean() for i in range(s, p.shape[1])]),
+    ],
+)
+def test_position_accuracy_other_routes_pass(right):
+    assert ex.check_position_accuracy(right) == ex.CORRECT
