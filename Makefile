@@ -25,6 +25,8 @@ help:
 	@echo "make student   write the student edition (no solutions) to _build/student"
 	@echo "make slides    one reveal.js slide deck per chapter, from its notebook, to _build/slides (works offline)"
 	@echo "make wheelhouse every wheel a lab machine without internet needs, to _build/wheelhouse (book/instructors.md)"
+	@echo "make assignment each chapter's nbgrader assignment and the student release, in course/ (CHAPTERS=\"00 05\")"
+	@echo "make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb: gradebook, CSVs, feedback"
 	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
 	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
 	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
@@ -154,6 +156,23 @@ slides: $(STAMP) $(NPM_STAMP)
 .PHONY: wheelhouse
 wheelhouse: $(STAMP)
 	$(BIN)/python tools/wheelhouse.py --out _build/wheelhouse
+
+# Grading a class with nbgrader (tools/grading.py; book/instructors.md walks through it). `make assignment`
+# writes each chapter's assignment and the student release into $(COURSE)/ (CHAPTERS="00 05" for some of
+# them, POINTS per exercise, GRADE_TIMEOUT seconds per cell when grading); `make grade SUBMISSIONS=folder`
+# autogrades folder/<student>/NN_name.ipynb into the gradebook, then writes the CSVs and the feedback.
+COURSE ?= course
+CHAPTERS ?=
+POINTS ?= 1
+GRADE_TIMEOUT ?= 15
+.PHONY: assignment grade
+assignment: $(STAMP)
+	$(BIN)/python tools/grading.py --course $(COURSE) release $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
+		--points $(POINTS) --timeout $(GRADE_TIMEOUT)
+
+grade: $(STAMP)
+	@[ -n "$(SUBMISSIONS)" ] || { echo "usage: make grade SUBMISSIONS=folder (folder/<student>/NN_name.ipynb)"; exit 1; }
+	$(BIN)/python tools/grading.py --course $(COURSE) grade $(SUBMISSIONS)
 
 benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)
