@@ -51,7 +51,8 @@ import student_edition
 ROOT = Path(__file__).resolve().parent.parent
 CODE_STUB = "raise tl.NotYetDone()  # your answer here"
 TAMPERED = "TAMPERED"
-TIMEOUT = 15  # seconds per cell while grading; the template chapter's cells take well under one
+TIMEOUT = 15  # seconds for an answer or checker cell (or one a student added) while grading
+CHAPTER_TIMEOUT = 300  # seconds for the chapter's own read-only cells, some of which train (nbval's limit too)
 
 
 # The hidden part of every graded checker cell. It runs in the student's kernel, so it imports
@@ -262,15 +263,31 @@ def assignment_notebook(nb: nbformat.NotebookNode, points: float = 1) -> nbforma
     return nb
 
 
+def _cell_timeout(cell, answers: int = TIMEOUT, chapter: int = CHAPTER_TIMEOUT) -> int:
+    """The time limit of a cell: the chapter's read-only cells get longer than the students' cells."""
+    meta = cell.metadata.get("nbgrader", {})
+    return chapter if meta.get("locked") and not meta.get("grade") else answers
+
+
 def _config(course: Path, timeout: int) -> None:
     (course / "nbgrader_config.py").write_text(
         textwrap.dedent(f"""\
         # Written by tools/grading.py release; see book/instructors.md, "Grading a class with nbgrader".
+        import os
+
         c = get_config()  # noqa: F821
-        c.CourseDirectory.root = {str(course.resolve())!r}
+        c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))  # this folder, wherever it is moved
         c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
-        c.Execute.timeout = {timeout}  # seconds per cell: an infinite loop fails its cell, the rest is graded
-        c.Execute.interrupt_on_timeout = True
+        c.Execute.interrupt_on_timeout = True  # a cell past its time limit fails; the rest is graded
+        c.Execute.timeout = {timeout}
+
+
+        def cell_timeout(cell):  # {timeout} s: answers, checkers and added cells; {CHAPTER_TIMEOUT} s: the chapter
+            meta = cell.metadata.get("nbgrader", {{}})
+            return {CHAPTER_TIMEOUT} if meta.get("locked") and not meta.get("grade") else {timeout}
+
+
+        c.Execute.timeout_func = cell_timeout
         c.OverwriteCells.add_missing_cells = True  # a deleted checker cell is added back and graded
         """)
     )
@@ -296,6 +313,7 @@ def _api(course: Path, timeout: int | None = None):
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     if timeout:
         config.Execute.timeout = timeout
+        config.Execute.timeout_func = functools.partial(_cell_timeout, answers=timeout)
     coursedir = CourseDirectory(config=config)
     coursedir.root = str(course.resolve())
     return NbGraderAPI(coursedir=coursedir, config=config)
@@ -518,7 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     rel = sub.add_parser("release", help="write the assignments and the student release")
     rel.add_argument("--chapters", nargs="*", help="chapter numbers or names (default: every chapter)")
     rel.add_argument("--points", type=float, default=1, help="points per exercise (default 1)")
-    rel.add_argument("--timeout", type=int, default=TIMEOUT, help=f"seconds per cell when grading ({TIMEOUT})")
+    rel.add_argument(
+        "--timeout",
+        type=int,
+        default=TIMEOUT,
+        help=f"seconds for an answer or checker cell when grading ({TIMEOUT}; the chapter's own: {CHAPTER_TIMEOUT})",
+    )
     gr = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/NN_name.ipynb; write CSVs and feedback")
     gr.add_argument("submissions", type=Path)
     gr.add_argument("--timeout", type=int, help="seconds per cell (default: the one given to release)")
