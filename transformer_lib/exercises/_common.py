@@ -95,3 +95,35 @@ def attempt(
     if result is None:
         return None, _TODO
     return result, None
+
+
+class _RefuseTorch(torch.overrides.TorchFunctionMode):
+    """While active, a call of one of these torch functions raises the by-hand error."""
+
+    def __init__(self, functions: Sequence[Callable]):
+        super().__init__()
+        self.functions = functions
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.functions:
+            raise NotImplementedError(_BY_HAND)
+        return func(*args, **(kwargs or {}))
+
+
+def refusing(fn: Callable, *torch_functions: Callable) -> Callable:
+    """fn, wrapped so that these torch functions (e.g. F.layer_norm) refuse while it runs.
+
+    For torch's own functions, whose code `by_hand` cannot swap: a torch function mode sees every
+    call, however the function was imported. Pass the result to `attempt`, which turns the refusal
+    into the by-hand hint.
+    """
+
+    def guarded(*args):
+        with _RefuseTorch(torch_functions):
+            return fn(*args)
+
+    return guarded
+
+
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -7,93 +7,197 @@ from collections.abc import Callable
 
 import torch
 
+from ..encoder import EncoderLayer
 from ..positional import sinusoidal_encoding
-from ._common import _TODO, CORRECT, _close, _measured, _shape
+from ._common import CORRECT, _close, _measured, _seeded, _shape, attempt
 
 __all__ = ["check_encoding", "check_self_similarity", "check_wavelength", "check_permutation_gap"]
 
 
+def _table(max_len: int, d: int, exponent: Callable[[int], float], base: float = 10000.0, start: int = 0):
+    """The encoding with a chosen exponent per pair index i (the right one is 2i/d), in float64."""
+    pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]
+    rates = torch.tensor([base ** -exponent(i) for i in range(d // 2)], dtype=torch.float64)
+    out = torch.zeros(max_len, d, dtype=torch.float64)
+    out[:, 0::2], out[:, 1::2] = torch.sin(pos * rates), torch.cos(pos * rates)
+    return out
+
+
 def _doubled_exponent(max_len: int, d: int) -> torch.Tensor:
     """A loop over dimension indices that uses 2*i/d again: every exponent doubled (a known bug)."""
-    out = torch.zeros(max_len, d, dtype=torch.float64)
-    for pos in range(max_len):
-        for i in range(0, d, 2):
-            out[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d)))
-            out[pos, i + 1] = math.cos(pos / (10000 ** ((2 * i) / d)))
-    return out.float()
+    return _table(max_len, d, lambda i: 4 * i / d).float()
+
+
+_ENCODING_CASES = ((5, 4), (30, 10), (12, 64), (9, 6))
+
+
+def _encoding_mistake(result: torch.Tensor, max_len: int, d: int) -> str | None:
+    want = _table(max_len, d, lambda i: 2 * i / d)
+    near = lambda other: _close(result, other.float(), atol=1e-4)
+    if near(torch.stack([want[:, 1::2], want[:, 0::2]], dim=-1).reshape(max_len, d)):
+        return "Sines and cosines are swapped: even dimensions take the sine, odd ones the cosine."
+    if near(torch.cat([want[:, 0::2], want[:, 1::2]], dim=-1)):
+        return "All sines come first, then all cosines: interleave them, sine in dimension 2i, cosine in 2i + 1."
+    if near(_table(max_len, d, lambda i: 4 * i / d)):
+        return (
+            "The exponent is doubled: your i steps by 2 (a dimension index) and you still use 2i/d. Use the pair "
+            "index i = 0, 1, ..., d/2 - 1 in 2i/d."
+        )
+    if near(_table(max_len, d, lambda i: i / d)):
+        return "The exponent is halved: it is 2i/d with the pair index i, not i/d."
+    if near(_table(max_len, d, lambda i: -2 * i / d)):
+        return "You multiplied the position by 10000^(2i/d): divide it, pos / 10000^(2i/d)."
+    if near(_table(max_len, d, lambda i: 2 * i / d, start=1)):
+        return "Off by one: positions start at 0 (row 0 is sin 0 = 0, cos 0 = 1), not at 1."
+    for other in (4, 10, 64, 6, 512):
+        if other != d and near(_table(max_len, d, lambda i, o=other: 2 * i / o)):
+            return f"You used d_model = {other}, a fixed number, in the exponent: use the d_model you are given."
+    return None
 
 
 def check_encoding(fn: Callable[[int, int], torch.Tensor]) -> str:
-    """fn(max_len, d_model) must return the sinusoidal encoding (max_len, d_model)."""
-    for max_len, d in ((5, 4), (30, 10), (12, 64)):
-        result = fn(max_len, d)
-        if result is None:
-            return _TODO
-        if not isinstance(result, torch.Tensor) or tuple(result.shape) != (max_len, d):
-            return f"Expected shape ({max_len}, {d}), got {_shape(result)}."
-        want = sinusoidal_encoding(max_len, d)
-        if _close(result, want):
+    """fn(max_len, d_model) must return the sinusoidal encoding (max_len, d_model), written with loops by hand."""
+    for max_len, d in _ENCODING_CASES:
+        case = f"max_len={max_len}, d_model={d}"
+        result, hint = attempt(
+            fn, max_len, d, case=case, forbidden=(sinusoidal_encoding,), names="tl.sinusoidal_encoding"
+        )
+        if hint:
+            return hint
+        if not isinstance(result, torch.Tensor):
+            return f"Return a tensor, got {type(result).__name__}."
+        if tuple(result.shape) != (max_len, d):
+            if tuple(result.shape) == (d, max_len):
+                return f"On {case} the shape is (d_model, max_len) = {(d, max_len)}: one row per position, please."
+            return f"On {case} expected shape (max_len, d_model) = {(max_len, d)}, got {_shape(result)}."
+        if _close(result, sinusoidal_encoding(max_len, d), atol=1e-4):
             continue
-        swapped = torch.stack([want[:, 1::2], want[:, 0::2]], dim=-1).reshape(max_len, d)
-        if _close(result, swapped):
-            return "Sines and cosines are swapped: even dimensions take the sine."
-        if _close(result, _doubled_exponent(max_len, d)):
-            return "The exponent is doubled: use the pair index i in 2i/d, not the dimension index."
-        return f"Wrong values for max_len={max_len}, d_model={d}; compare PE[1] with sin(1), cos(1), ..."
+        mistake = _encoding_mistake(result, max_len, d)
+        if mistake:
+            return f"On {case}: {mistake}"
+        return f"Wrong values for {case}; compare row 1 with sin(1), cos(1), sin(1/10000^(2/d)), ..."
     return CORRECT
+
+
+def _near(got: float, want: float, rel: float = 1e-4) -> bool:
+    return abs(got - want) <= rel * max(1.0, abs(want))
 
 
 def check_self_similarity(fn: Callable[[int], float]) -> str:
     """fn(d_model) must return PE_p . PE_p, the dot product of a position's encoding with itself."""
-    if fn(8) is None:
-        return _TODO
-    for d in (8, 64, 512):
-        got = fn(d)
-        if abs(got - d) < 1e-6:
-            return "Each sin^2 + cos^2 pair sums to 1, so count pairs, not dimensions."
-        if abs(got - 1) < 1e-6:
-            return "That is one pair. Add up all d_model / 2 pairs."
-        if abs(got - d / 2) > 1e-6:
-            return f"For d_model={d} expected {d / 2}, got {got}."
+    for d in (8, 64, 512, 6, 10):
+        result, hint = attempt(fn, d, case=f"d_model={d}")
+        if hint:
+            return hint
+        measured = _measured("the dot product", result)
+        if isinstance(measured, str):
+            return measured
+        got = measured[0]
+        if _near(got, d / 2):
+            continue
+        if _near(got, d):
+            return f"For d_model={d} you got {got:g}: each sin^2 + cos^2 pair sums to 1, so count pairs, not dims."
+        if _near(got, 1):
+            return f"For d_model={d} you got 1: that is one pair. Add up all d_model / 2 pairs."
+        if _near(got, math.sqrt(d / 2)):
+            return f"For d_model={d} you got {got:.4g}: that is the length |PE_p|. The dot product is its square."
+        if _near(got, d / 2 - 1) or _near(got, d / 2 + 1):
+            return f"For d_model={d} you got {got:g}: off by one pair. There are exactly d_model / 2 pairs."
+        return f"For d_model={d} expected {d / 2:g}, got {got:g}: add sin^2 + cos^2 over the pairs."
     return CORRECT
 
 
 def check_wavelength(fn: Callable[[int, int], float]) -> str:
     """fn(d_model, i) must return the wavelength, in positions, of dimension pair i."""
-    if fn(64, 0) is None:
-        return _TODO
-    for d, i in ((64, 0), (64, 31), (512, 255), (16, 3)):
-        got, want = fn(d, i), 2 * math.pi * 10000 ** (2 * i / d)
-        if abs(got - want) <= 1e-6 * want:
+    for d, i in ((64, 0), (64, 31), (512, 255), (16, 3), (10, 2)):
+        result, hint = attempt(fn, d, i, case=f"d_model={d}, pair i={i}")
+        if hint:
+            return hint
+        measured = _measured("the wavelength", result)
+        if isinstance(measured, str):
+            return measured
+        got, want = measured[0], 2 * math.pi * 10000 ** (2 * i / d)
+        if _near(got, want):
             continue
-        if abs(got - 10000 ** (2 * i / d)) < 1e-6 * want:
-            return "That is 1 / frequency in radians. A full cycle is 2 pi radians: multiply by 2 pi."
-        if abs(got - 2 * math.pi * 10000 ** (4 * i / d)) < 1e-6 * max(want, 1):
-            return "The exponent is doubled: i is already the pair index, so use 2i/d."
-        return f"For d_model={d}, pair {i}: expected {want:.4g} positions, got {got:.4g}."
+        case = f"For d_model={d}, pair {i}"
+        if _near(got, 10000 ** (2 * i / d)):
+            return f"{case}: that is 1 / frequency in radians. A full cycle is 2 pi radians: multiply by 2 pi."
+        if _near(got, 1 / want):
+            return f"{case}: that is the frequency in cycles per position. The wavelength is its inverse."
+        if _near(got, 2 * math.pi * 10000 ** (4 * i / d)):
+            return f"{case}: the exponent is doubled. i is already the pair index, so use 2i/d."
+        if _near(got, 2 * math.pi * 10000 ** (i / d)):
+            return f"{case}: the exponent is halved. With the pair index i it is 2i/d, not i/d."
+        if _near(got, 2 * math.pi * 10000 ** (-2 * i / d)):
+            return f"{case}: that is the angular frequency, 10000^(-2i/d), times 2 pi. Divide 2 pi by it instead."
+        return f"{case}: expected {want:.4g} positions, got {got:.4g}."
     return CORRECT
 
 
+def _gap(layer, tokens, perm, use_pe, how: str = "right") -> float:
+    pe = sinusoidal_encoding(tokens.shape[1], tokens.shape[2])
+    with torch.no_grad():
+        if how == "positions travel":  # positions added before shuffling: they move with their tokens
+            x = tokens + pe if use_pe else tokens
+            return (layer(x[:, perm]) - layer(x)[:, perm]).abs().max().item()
+        run = lambda t: layer(t + pe if use_pe else t)
+        shuffled = run(tokens[:, perm])
+        if how == "unshuffled output":
+            return (shuffled - run(tokens)).abs().max().item()
+        if how == "inverse":
+            return (shuffled - run(tokens)[:, perm.argsort()]).abs().max().item()
+        diff = (shuffled - run(tokens)[:, perm]).abs()
+        return (diff.mean() if how == "mean" else diff.max()).item()
+
+
 def check_permutation_gap(fn) -> str:
-    """Experiment: fn(use_pe) measures how far an encoder layer is from permutation-equivariant.
+    """Experiment: fn(layer, tokens, perm, use_pe) measures how far an encoder layer is from permutation-equivariant.
 
-    The gap is the largest difference between layer(permuted x) and the permuted layer(x).
-
-    Without a positional encoding self-attention cannot see order, so the gap is rounding noise;
-    with one added to x before the layer, permuting the tokens changes what each one computes.
+    The gap is the largest difference between layer(shuffled tokens) and the shuffled layer(tokens),
+    with the encoding added after shuffling when use_pe. The checker runs it on layers, tokens and
+    permutations of its own and compares with its own run: without a positional encoding the gap is
+    rounding noise; with one, permuting the tokens changes what each one computes.
     """
-    measured = _measured("the largest difference", fn(False), fn(True))
-    if isinstance(measured, str):
-        return measured
-    a, b = measured
-    if a > 1e-4:
-        return (
-            f"Without positions the gap should be rounding noise, got {a:.2e}. Compare layer(x[:, perm]) "
-            "with layer(x)[:, perm], with the layer in eval mode (dropout off) and no mask."
-        )
-    if b < 1e-2:
-        return (
-            f"With positions the gap should be large, got {b:.2e}. Permute the tokens first, then add the "
-            "encoding: the positions stay where they are while the tokens move."
-        )
+    for seed, (batch, T, d, h) in enumerate(((1, 6, 16, 2), (2, 9, 12, 3)), start=40):
+        torch.manual_seed(seed)
+        layer = EncoderLayer(d_model=d, num_heads=h, d_ff=2 * d, dropout=0.0).eval()
+        g = _seeded(seed)
+        tokens = torch.randn(batch, T, d, generator=g)
+        perm = torch.randperm(T, generator=g)
+        while torch.equal(perm, torch.arange(T)):
+            perm = torch.randperm(T, generator=g)
+        for use_pe in (False, True):
+            case = f"tokens of shape {(batch, T, d)}, perm {perm.tolist()}, use_pe={use_pe}"
+            result, hint = attempt(fn, layer, tokens.clone(), perm.clone(), use_pe, case=case)
+            if hint:
+                return hint
+            measured = _measured("the largest difference", result)
+            if isinstance(measured, str):
+                return measured
+            got, want = measured[0], _gap(layer, tokens, perm, use_pe)
+            if not use_pe and got <= 1e-4:
+                continue
+            if use_pe and abs(got - want) <= 1e-3 * want + 1e-5:
+                continue
+            if use_pe and got <= 1e-4 and _gap(layer, tokens, perm, True, "positions travel") <= 1e-4:
+                return (
+                    f"On {case} the gap is rounding noise: you added the encoding before shuffling, so the positions "
+                    "travelled with their tokens. Shuffle the tokens first, then add the encoding."
+                )
+            for how, mistake in (
+                ("unshuffled output", "compare with the shuffled layer(tokens): apply perm to its output too"),
+                ("inverse", "you un-shuffled the output with the inverse permutation; apply perm itself"),
+                ("mean", "that is the mean difference. Return the largest one, .abs().max()"),
+            ):
+                if abs(got - _gap(layer, tokens, perm, use_pe, how)) <= 1e-3 * got + 1e-5:
+                    return f"On {case}: {mistake}."
+            if not use_pe:
+                return (
+                    f"On {case} the gap should be rounding noise, got {got:.2e}: run the layer you are given on "
+                    "the tokens with no encoding and no mask."
+                )
+            return (
+                f"On {case} expected a gap of {want:.4g}, got {got:.4g}: add tl.sinusoidal_encoding(T, d_model) "
+                "after shuffling, and measure with the layer, tokens and permutation you are given."
+            )
     return CORRECT

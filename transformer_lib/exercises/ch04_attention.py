@@ -6,86 +6,225 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ..attention import scaled_dot_product_attention
-from ._common import _TODO, CORRECT, _close, _measured, _shape
+from ..attention import fused_attention, scaled_dot_product_attention
+from ._common import CORRECT, _close, _measured, _seeded, _shape, attempt, refusing
 
 __all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
 
+_LIBRARY = "tl.scaled_dot_product_attention, tl.fused_attention or F.scaled_dot_product_attention"
+
+# (batch shape, T_q, T_k, d_k, d_v): d_k odd and even, d_v != d_k, T_q != T_k, with and without batch axes
+_ATTENTION_CASES = ((2, 3), 5, 9, 16, 16), ((), 4, 6, 7, 3), ((3,), 6, 5, 64, 10), ((2, 1), 3, 8, 25, 25)
+
+
+def _attend(q, k, v, divisor: float, axis: int = -1) -> torch.Tensor:
+    return (q @ k.transpose(-2, -1) / divisor).softmax(axis) @ v
+
 
 def check_attention(fn) -> str:
-    """fn(q, k, v) must return softmax(q k^T / sqrt(d_k)) v for (..., T, d_k) inputs."""
-    g = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(2, 3, n, 16, generator=g) for n in (5, 9, 9))
-    result = fn(q, k, v)
-    if result is None:
-        return _TODO
-    want = scaled_dot_product_attention(q, k, v)[0]
-    if not isinstance(result, torch.Tensor) or result.shape != want.shape:
-        return f"Expected shape {tuple(want.shape)}, got {_shape(result)}. Transpose k's last two axes."
-    if _close(result, want):
-        return CORRECT
-    scores = q @ k.transpose(-2, -1)
-    if _close(result, scores.softmax(-1) @ v):
-        return "Almost: you forgot to divide the scores by sqrt(d_k)."
-    if _close(result, (scores / 16).softmax(-1) @ v):
-        return "Almost: divide by sqrt(d_k), not by d_k."
-    if _close(result, (scores / 4).softmax(-2) @ v):
-        return "Almost: the softmax must run over the keys (the last axis), not over the queries."
-    return "Not quite: compare your scores with q @ k.transpose(-2, -1) / sqrt(d_k)."
+    """fn(q, k, v) must return softmax(q k^T / sqrt(d_k)) v for (..., T, d_k) inputs, written by hand."""
+    g = _seeded(7)
+    guarded = refusing(fn, F.scaled_dot_product_attention)
+    for batch, t_q, t_k, d_k, d_v in _ATTENTION_CASES:
+        q, k = torch.randn(*batch, t_q, d_k, generator=g), torch.randn(*batch, t_k, d_k, generator=g) * 1.5
+        v = torch.randn(*batch, t_k, d_v, generator=g)
+        case = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} (d_k={d_k})"
+        want = _attend(q, k, v, math.sqrt(d_k))
+        result, hint = attempt(
+            guarded,
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            case=case,
+            forbidden=(scaled_dot_product_attention, fused_attention),
+            names=_LIBRARY,
+        )
+        if hint:
+            return hint
+        if not isinstance(result, torch.Tensor):
+            return f"Return a tensor, got {type(result).__name__}."
+        if result.shape != want.shape:
+            weights_shape = (*batch, t_q, t_k)
+            if tuple(result.shape) == weights_shape:
+                return f"On {case} you returned the weights {weights_shape}: multiply them by v."
+            return f"On {case} expected shape {tuple(want.shape)} = (..., T_q, d_v), got {_shape(result)}."
+        if _close(result, want, atol=1e-4):
+            continue
+        if _close(result, _attend(q, k, v, 1.0), atol=1e-4):
+            return f"On {case}: you forgot to divide the scores by sqrt(d_k)."
+        if _close(result, _attend(q, k, v, d_k), atol=1e-4):
+            return f"On {case}: divide by sqrt(d_k), not by d_k."
+        for divisor in (math.sqrt(d_k), 1.0, d_k):
+            if _close(result, _attend(q, k, v, divisor, axis=-2), atol=1e-4):
+                return f"On {case}: the softmax must run over the keys (the last axis), not over the queries."
+        if d_v != d_k and _close(result, _attend(q, k, v, math.sqrt(d_v)), atol=1e-4):
+            return f"On {case}: you scaled by the width of v (d_v={d_v}). Use d_k, the width of q and k: q.shape[-1]."
+        for _, _, _, other, _ in _ATTENTION_CASES:
+            if other != d_k and _close(result, _attend(q, k, v, math.sqrt(other)), atol=1e-4):
+                return f"On {case} you divided by sqrt({other}), a fixed number: read d_k from the input, q.shape[-1]."
+        return f"Wrong values on {case}: compare your scores with q @ k.transpose(-2, -1) / sqrt(d_k)."
+    return CORRECT
 
 
 def check_split(fn) -> str:
     """fn(t (B, S, d_model), h) must return (B, h, S, d_model // h), head j holding features j*d_k.."""
-    t = torch.arange(2 * 5 * 12, dtype=torch.float32).view(2, 5, 12)
-    result = fn(t, 3)
-    if result is None:
-        return _TODO
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != (2, 3, 5, 4):
-        return f"Expected shape (B, h, S, d_k) = (2, 3, 5, 4), got {_shape(result)}."
-    if torch.equal(result, t.view(2, 3, 5, 4)):
-        return "Right shape, wrong content: view as (B, S, h, d_k) first, then transpose(1, 2)."
-    if not torch.equal(result, t.view(2, 5, 3, 4).transpose(1, 2)):
-        return "Not quite: head j should hold features j*d_k to (j+1)*d_k - 1."
+    g = _seeded(11)
+    for B, S, d_model, h in ((2, 5, 12, 3), (3, 7, 16, 4), (1, 4, 10, 2), (2, 3, 24, 8)):
+        t = torch.randn(B, S, d_model, generator=g)
+        d_k = d_model // h
+        case = f"t of shape {(B, S, d_model)} with h={h}"
+        result, hint = attempt(fn, t.clone(), h, case=case)
+        if hint:
+            return hint
+        want = t.view(B, S, h, d_k).transpose(1, 2)
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != (B, h, S, d_k):
+            if isinstance(result, torch.Tensor) and tuple(result.shape) in {(B, S, h, d_k), (B, d_k, S, h)}:
+                return f"On {case}: shape {_shape(result)}, the head axis must come second: transpose(1, 2)."
+            return f"On {case} expected shape (B, h, S, d_k) = {(B, h, S, d_k)}, got {_shape(result)}."
+        if torch.allclose(result, want):
+            continue
+        if torch.allclose(result, t.reshape(B, h, S, d_k)):
+            return f"On {case}: right shape, wrong content. View as (B, S, h, d_k) first, then transpose(1, 2)."
+        if torch.allclose(result, t.view(B, S, d_k, h).permute(0, 3, 1, 2)):
+            return (
+                f"On {case}: head j holds features j, j+h, j+2h, ... (every h-th one). View as (B, S, h, d_k), "
+                "not (B, S, d_k, h), so that head j holds a contiguous block."
+            )
+        return f"On {case}: head j should hold features j*d_k to (j+1)*d_k - 1 of every position."
     return CORRECT
 
 
-def check_score_std(fn: Callable[[int], float]) -> str:
-    """fn(d_k) must return the standard deviation of q . k for q, k with independent N(0, 1) entries."""
-    if fn(4) is None:
-        return _TODO
-    for d in (1, 4, 64, 1000):
-        got = fn(d)
-        if abs(got - d) < 1e-6 and d != 1:
-            return "That is the variance (d_k). The standard deviation is its square root."
-        if abs(got - 1) < 1e-6 and d != 1:
-            return "That is after scaling. Before dividing by sqrt(d_k), the spread grows with d_k."
-        if abs(got - math.sqrt(d)) > 1e-6:
-            return f"For d_k={d} expected {math.sqrt(d):.4g}, got {got}."
+def check_score_std(fn: Callable[[int, torch.Generator], float]) -> str:
+    """Experiment: fn(d_k, generator) measures the spread of q . k for q, k with independent N(0, 1) entries.
+
+    It draws many pairs with the generator and returns the standard deviation of their dot
+    products. The checker runs it with its own seeds and widths: the result must come from the
+    draw (the same seed gives the same number, another seed another one) and lie within a few
+    standard errors of sqrt(d_k).
+    """
+    results = {}
+    for d_k, seed in ((3, 101), (64, 202), (300, 303)):
+        case = f"d_k={d_k} with a generator seeded {seed}"
+        result, hint = attempt(fn, d_k, _seeded(seed), case=case)
+        if hint:
+            return hint
+        measured = _measured("the standard deviation", result)
+        if isinstance(measured, str):
+            return measured
+        results[d_k] = measured[0]
+    again, hint = attempt(fn, 64, _seeded(202), case="d_k=64 with the same seed again")
+    if hint:
+        return hint
+    other, hint = attempt(fn, 64, _seeded(404), case="d_k=64 with another seed")
+    if hint:
+        return hint
+    measured = _measured("the standard deviation", again, other)
+    if isinstance(measured, str):
+        return measured
+    again, other = measured
+    if abs(again - results[64]) > 1e-6 * max(1.0, abs(again)):
+        return (
+            "The same seed gave two different numbers: draw q and k with the generator you are given "
+            "(torch.randn(..., generator=generator))."
+        )
+    if again == other:
+        return (
+            "Two different seeds gave exactly the same number, so nothing was measured from the generator you "
+            "are given: draw the pairs with it, compute their dot products and return their standard deviation."
+        )
+    for d_k, got in results.items():
+        want = math.sqrt(d_k)
+        if abs(got / want - 1) <= 0.1:
+            continue
+        if abs(got / d_k - 1) <= 0.1:
+            return f"For d_k={d_k} you got about {got:.3g}: that is the variance (d_k). Return the standard deviation."
+        if abs(got - 1) <= 0.1:
+            return (
+                f"For d_k={d_k} you got about 1: that is the spread after dividing by sqrt(d_k). Measure the raw "
+                "dot products."
+            )
+        if abs(got) < 0.2 * want:
+            return f"For d_k={d_k} you got {got:.3g}, near 0: that looks like the mean. Return the standard deviation."
+        return (
+            f"For d_k={d_k} the spread should be near sqrt(d_k) = {want:.3g}, got {got:.3g}. Draw at least "
+            "10,000 pairs, each with d_k entries, and take the std of their dot products."
+        )
     return CORRECT
+
+
+def _gradient_norm(d_k: int, generator: torch.Generator, divisor: float, reduce: str = "mean") -> float:
+    q, k = torch.randn(64, d_k, generator=generator), torch.randn(16, d_k, generator=generator)
+    scores = (q @ k.T / divisor).requires_grad_()
+    (scores.softmax(-1) * torch.randn(64, 16, generator=generator)).sum().backward()
+    norms = scores.grad.norm(dim=-1)
+    return (norms.mean() if reduce == "mean" else norms.sum()).item()
 
 
 def check_scaling_gradient(fn) -> str:
-    """Experiment: fn(d_k, scale) measures the mean gradient norm that reaches the scores through the softmax.
+    """Experiment: fn(d_k, scale, generator) measures the mean gradient norm that reaches the scores.
 
-    Scaled by 1/sqrt(d_k) the scores keep unit spread and the gradient stays about the same at any
-    width; unscaled, wide heads saturate the softmax and the gradient through it shrinks.
+    The recipe is fixed (64 queries, then 16 keys, then the (64, 16) random tensor, all from the
+    generator), so the checker re-runs the same measurement on seeds and widths of its own and
+    compares. Scaled by 1/sqrt(d_k) the scores keep unit spread and the gradient stays about the same
+    at any width; unscaled, wide heads saturate the softmax and the gradient through it shrinks.
     """
-    results = {}
-    for d_k in (4, 256):
+    spread = {}  # the range of the measurement over seeds: a valid route with another draw order lands in it
+    for d_k in (4, 48, 256):
         for scale in (True, False):
-            measured = _measured("the mean gradient norm", fn(d_k, scale))
+            divisor = math.sqrt(d_k) if scale else 1.0
+            values = [_gradient_norm(d_k, _seeded(1000 + s), divisor) for s in range(12)]
+            spread[d_k, scale] = (min(values), max(values))
+    results = {}
+    for d_k, seed in ((4, 31), (48, 32), (256, 33)):
+        for scale in (True, False):
+            case = f"d_k={d_k}, scale={scale} with a generator seeded {seed}"
+            result, hint = attempt(fn, d_k, scale, _seeded(seed), case=case)
+            if hint:
+                return hint
+            measured = _measured("the mean gradient norm", result)
             if isinstance(measured, str):
                 return measured
-            value = measured[0]
-            if value <= 0:
+            got = measured[0]
+            results[d_k, scale] = got
+            divisor = math.sqrt(d_k) if scale else 1.0
+            if math.isclose(got, _gradient_norm(d_k, _seeded(seed), divisor), rel_tol=1e-4):
+                continue
+            if got <= 0:
                 return "The gradient norm is zero: make the scores a leaf (requires_grad) and call backward on a loss."
-            results[d_k, scale] = value
-    if abs(results[256, True] / results[4, True] - 1) > 0.4:
-        return "With scaling the gradient should hardly change between d_k=4 and d_k=256: divide by sqrt(d_k)."
-    if results[256, False] > 0.5 * results[256, True]:
+            mistakes = {
+                "you divide by sqrt(d_k) even when scale is False": math.sqrt(d_k),
+                "you never divide by sqrt(d_k), even when scale is True": 1.0,
+                "you divide by d_k: the scaling is sqrt(d_k)": d_k,
+            }
+            for mistake, wrong_divisor in mistakes.items():
+                if wrong_divisor != divisor and math.isclose(
+                    got, _gradient_norm(d_k, _seeded(seed), wrong_divisor), rel_tol=1e-4
+                ):
+                    return f"On {case}: {mistake}."
+            if math.isclose(got, _gradient_norm(d_k, _seeded(seed), divisor, reduce="sum"), rel_tol=1e-4):
+                return f"On {case}: that is the sum of the row norms. Return their mean."
+            low, high = spread[d_k, scale]
+            if not 0.8 * low <= got <= 1.25 * high:
+                return (
+                    f"On {case} expected a mean gradient norm between {low:.3g} and {high:.3g}, got {got:.3g}. "
+                    "Draw 64 queries, then 16 keys, then the (64, 16) tensor with the generator."
+                )
+    again, hint = attempt(fn, 256, False, _seeded(33), case="d_k=256, scale=False with the same seed again")
+    if hint:
+        return hint
+    other, hint = attempt(fn, 256, False, _seeded(34), case="d_k=256, scale=False with another seed")
+    if hint:
+        return hint
+    measured = _measured("the mean gradient norm", again, other)
+    if isinstance(measured, str):
+        return measured
+    if not math.isclose(measured[0], results[256, False], rel_tol=1e-5):
+        return "The same seed gave two different numbers: draw everything with the generator you are given."
+    if measured[1] == measured[0]:
         return (
-            "Without scaling at d_k=256 the gradient should be much smaller than with it. Are the queries and "
-            "keys drawn with unit variance, and do you skip the division when scale is False?"
+            "Two seeds gave exactly the same number, so nothing was measured from the generator you are given: "
+            "draw q, k and the tensor with it."
         )
     return CORRECT

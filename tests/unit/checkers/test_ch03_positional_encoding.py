@@ -1,0 +1,170 @@
+"""Mutation suite for the positional-encoding chapter's checkers: classic mistakes are named, other routes pass."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+from transformer_lib.exercises.ch03_positional_encoding import _table
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+def _raises(*args):
+    raise ValueError("math domain error")
+
+
+# The notebook's solutions (notebooks/03_positional_encoding.ipynb).
+def solution_encoding(max_len, d_model):
+    out = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            out[pos, 2 * i] = math.sin(angle)
+            out[pos, 2 * i + 1] = math.cos(angle)
+    return out
+
+
+def solution_self_similarity(d_model):
+    return d_model / 2
+
+
+def solution_wavelength(d_model, i):
+    return 2 * math.pi * 10000 ** (2 * i / d_model)
+
+
+def solution_permutation_gap(layer, tokens, perm, use_pe):
+    positions = tl.sinusoidal_encoding(tokens.shape[1], tokens.shape[2])
+
+    def run(t):
+        return layer(t + positions if use_pe else t)
+
+    with torch.no_grad():
+        return (run(tokens[:, perm]) - run(tokens)[:, perm]).abs().max().item()
+
+
+def _loop(max_len, d, angle):
+    out = torch.zeros(max_len, d, dtype=torch.float64)
+    for pos in range(max_len):
+        for i in range(0, d, 2):  # i steps by 2: a dimension index
+            out[pos, i] = math.sin(angle(pos, i, d))
+            out[pos, i + 1] = math.cos(angle(pos, i, d))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d)[:, [j ^ 1 for j in range(d)]], "swapped"),
+        (lambda m, d: _loop(m, d, lambda p, i, d: p / 10000 ** (2 * i / d)), "exponent is doubled"),
+        (lambda m, d: _table(m, d, lambda i: i / d), "exponent is halved"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d, start=1), "off by one"),
+        (lambda m, d: _table(m, d, lambda i: -2 * i / d), "multiplied the position"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / 64), "fixed number"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d)[:, list(range(0, d, 2)) + list(range(1, d, 2))], "interleave"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d).T, "one row per position"),
+        (lambda m, d: tl.sinusoidal_encoding(m, d), "by hand"),
+        (lambda m, d: tl.SinusoidalPositionalEncoding(d, max_len=m).pe[:m], "by hand"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d, base=1000.0), "wrong values for max_len"),
+        (_raises, "raised ValueError on max_len=5"),
+    ],
+)
+def test_encoding_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_encoding(wrong), phrase)
+
+
+def test_encoding_accepts_other_routes():
+    assert ex.check_encoding(solution_encoding) == ex.CORRECT
+    assert ex.check_encoding(lambda m, d: _loop(m, d, lambda p, i, d: p / 10000 ** (i / d))) == ex.CORRECT  # float64
+    assert ex.check_encoding(lambda m, d: _table(m, d, lambda i: 2 * i / d)) == ex.CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda d: float(d), "count pairs"),
+        (lambda d: 1.0, "one pair"),
+        (lambda d: math.sqrt(d / 2), "length"),
+        (lambda d: d / 2 - 1, "off by one"),
+        (lambda d: 32.0, "expected 4"),  # right only for d_model = 64
+        (_raises, "raised ValueError on d_model=8"),
+        (lambda d: "d/2", "as a number"),
+    ],
+)
+def test_self_similarity_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_self_similarity(wrong), phrase)
+
+
+def test_self_similarity_accepts_other_routes():
+    assert ex.check_self_similarity(solution_self_similarity) == ex.CORRECT
+    measured = lambda d: (tl.sinusoidal_encoding(50, d)[37] @ tl.sinusoidal_encoding(50, d)[37]).item()  # 31.999998
+    assert ex.check_self_similarity(measured) == ex.CORRECT
+    assert ex.check_self_similarity(lambda d: torch.tensor(d // 2)) == ex.CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda d, i: 10000 ** (2 * i / d), "multiply by 2 pi"),
+        (lambda d, i: 2 * math.pi * 10000 ** (4 * i / d), "doubled"),
+        (lambda d, i: 2 * math.pi * 10000 ** (i / d), "halved"),
+        (lambda d, i: 1 / (2 * math.pi * 10000 ** (2 * i / d)), "inverse"),
+        (lambda d, i: 2 * math.pi * 10000 ** (-2 * i / d), "angular frequency"),
+        (lambda d, i: 2 * math.pi * 10000 ** (2 * i / 64), "d_model=512"),  # right only for d_model = 64
+        (_raises, "raised ValueError on d_model=64"),
+    ],
+)
+def test_wavelength_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_wavelength(wrong), phrase)
+
+
+def test_wavelength_accepts_other_routes():
+    assert ex.check_wavelength(solution_wavelength) == ex.CORRECT
+    assert ex.check_wavelength(lambda d, i: 2 * math.pi / math.exp(-2 * i / d * math.log(10000.0))) == ex.CORRECT
+
+
+def _gap(layer, tokens, perm, use_pe, travel=False, unshuffled=False, mean=False, fixed_pe=False):
+    pe = tl.sinusoidal_encoding(6, 16) if fixed_pe else tl.sinusoidal_encoding(tokens.shape[1], tokens.shape[2])
+    with torch.no_grad():
+        if travel and use_pe:
+            x = tokens + pe
+            return (layer(x[:, perm]) - layer(x)[:, perm]).abs().max().item()
+        run = lambda t: layer(t + pe if use_pe else t)
+        diff = (run(tokens[:, perm]) - (run(tokens) if unshuffled else run(tokens)[:, perm])).abs()
+        return (diff.mean() if mean else diff.max()).item()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda layer, t, p, u: 1.0 if u else 0.0, "expected a gap"),  # constants
+        (lambda layer, t, p, u: _gap(layer, t, p, u, travel=True), "travelled with their tokens"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, unshuffled=True), "apply perm to its output"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, mean=True), "mean difference"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, fixed_pe=True), "raised RuntimeError on tokens of shape (2, 9"),
+        (lambda layer, t, p, u: solution_permutation_gap(layer, t, p, u) * 2, "expected a gap"),
+        (lambda layer, t, p, u: "large", "as a number"),
+    ],
+)
+def test_permutation_gap_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_permutation_gap(wrong), phrase)
+
+
+def test_permutation_gap_accepts_other_routes():
+    assert ex.check_permutation_gap(solution_permutation_gap) == ex.CORRECT
+
+    def inverse_route(layer, tokens, perm, use_pe):  # un-shuffle the shuffled run instead, in float64 for the diff
+        pe = tl.SinusoidalPositionalEncoding(tokens.shape[2], max_len=tokens.shape[1]).pe[: tokens.shape[1]]
+        with torch.no_grad():
+            run = lambda t: layer(t + pe if use_pe else t)
+            back = run(tokens[:, perm])[:, perm.argsort()]
+            return float((back.double() - run(tokens).double()).abs().max())
+
+    assert ex.check_permutation_gap(inverse_route) == ex.CORRECT

@@ -1,0 +1,175 @@
+"""Mutation suite for the attention chapter's checkers: classic mistakes are named, other valid routes pass."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+# The notebook's solutions (notebooks/04_attention.ipynb).
+def solution_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return scores.softmax(dim=-1) @ v
+
+
+def solution_split(t, h):
+    B, S, d_model = t.shape
+    return t.view(B, S, h, d_model // h).transpose(1, 2)
+
+
+def solution_score_std(d_k, generator):
+    q = torch.randn(10_000, d_k, generator=generator)
+    k = torch.randn(10_000, d_k, generator=generator)
+    return (q * k).sum(-1).std().item()
+
+
+def solution_scaling_gradient(d_k, scale, generator):
+    q, k = torch.randn(64, d_k, generator=generator), torch.randn(16, d_k, generator=generator)
+    scores = (q @ k.T / (math.sqrt(d_k) if scale else 1.0)).requires_grad_()
+    (scores.softmax(-1) * torch.randn(64, 16, generator=generator)).sum().backward()
+    return scores.grad.norm(dim=-1).mean().item()
+
+
+def _attention(q, k, v, divisor=None, axis=-1):
+    s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if divisor is None else divisor)
+    return s.softmax(axis) @ v
+
+
+def _raises(*args):
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda q, k, v: _attention(q, k, v, divisor=1.0), "forgot to divide"),
+        (lambda q, k, v: _attention(q, k, v, divisor=q.shape[-1]), "not by d_k"),
+        (lambda q, k, v: _attention(q, k, v, axis=-2), "over the keys"),
+        (lambda q, k, v: _attention(q, k, v, divisor=4.0), "fixed number"),
+        (lambda q, k, v: _attention(q, k, v, divisor=math.sqrt(v.shape[-1])), "width of v"),
+        (lambda q, k, v: (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1), "returned the weights"),
+        (lambda q, k, v: tl.scaled_dot_product_attention(q, k, v)[0], "by hand"),
+        (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), "by hand"),
+        (lambda q, k, v: tl.fused_attention(q, k, v), "by hand"),
+        (_raises, "raised RuntimeError on q"),
+        (lambda q, k, v: _attention(q, k, v) + 0.01, "wrong values"),
+    ],
+)
+def test_attention_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_attention(wrong), phrase)
+
+
+def test_attention_accepts_other_routes():
+    assert ex.check_attention(solution_attention) == ex.CORRECT
+    einsum = lambda q, k, v: torch.einsum("...qk,...kd->...qd", _einsum_weights(q, k), v)
+    assert ex.check_attention(einsum) == ex.CORRECT
+    assert ex.check_attention(lambda q, k, v: _attention(q.double(), k.double(), v.double())) == ex.CORRECT
+
+
+def _einsum_weights(q, k):
+    return (torch.einsum("...qd,...kd->...qk", q, k) * q.shape[-1] ** -0.5).softmax(-1)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda t, h: t.view(t.shape[0], h, t.shape[1], -1), "wrong content"),
+        (lambda t, h: t.view(t.shape[0], t.shape[1], h, -1), "head axis must come second"),
+        (lambda t, h: t.view(t.shape[0], t.shape[1], -1, h).permute(0, 3, 1, 2), "every h-th"),
+        (lambda t, h: t.view(t.shape[0], t.shape[1], 3, -1).transpose(1, 2), "with h=4"),
+        (lambda t, h: t, "expected shape"),
+        (lambda t, h: t.view(t.shape[0], t.shape[1], h, -1).transpose(1, 2).flip(1), "features j*d_k"),
+        (_raises, "raised RuntimeError on t of shape"),
+    ],
+)
+def test_split_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_split(wrong), phrase)
+
+
+def test_split_accepts_other_routes():
+    assert ex.check_split(solution_split) == ex.CORRECT
+    assert ex.check_split(lambda t, h: t.unflatten(-1, (h, -1)).permute(0, 2, 1, 3)) == ex.CORRECT
+    assert ex.check_split(lambda t, h: torch.stack(t.chunk(h, dim=-1), dim=1)) == ex.CORRECT
+
+
+def _score_std(d_k, generator, variance=False, scaled=False, mean=False):
+    dots = (torch.randn(10_000, d_k, generator=generator) * torch.randn(10_000, d_k, generator=generator)).sum(-1)
+    if scaled:
+        dots = dots / math.sqrt(d_k)
+    return (dots.mean() if mean else dots.var() if variance else dots.std()).item()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda d, g: math.sqrt(d), "nothing was measured"),  # the closed form
+        (lambda d, g: 8.0, "nothing was measured"),  # a constant
+        (lambda d, g: _score_std(d, g, variance=True), "variance"),
+        (lambda d, g: _score_std(d, g, scaled=True), "after dividing"),
+        (lambda d, g: _score_std(d, g, mean=True), "mean"),
+        (lambda d, g: _score_std(d, torch.Generator().manual_seed(0)), "generator you are given"),
+        (lambda d, g: _score_std(d, g) * 1.5, "should be near sqrt(d_k)"),
+        (_raises, "raised RuntimeError on d_k=3"),
+        (lambda d, g: "about 8", "as a number"),
+    ],
+)
+def test_score_std_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_score_std(wrong), phrase)
+
+
+def test_score_std_accepts_other_routes():
+    assert ex.check_score_std(solution_score_std) == ex.CORRECT
+    # another sampling route: batched matrix products of (1, d) rows with (d, 1) columns
+    bmm = lambda d, g: (torch.randn(30_000, 1, d, generator=g) @ torch.randn(30_000, d, 1, generator=g)).std().item()
+    assert ex.check_score_std(bmm) == ex.CORRECT
+
+
+def _gradient(d_k, scale, generator, divisor=None, reduce="mean", swap=False):
+    q, k = torch.randn(64, d_k, generator=generator), torch.randn(16, d_k, generator=generator)
+    if swap:
+        k, q = torch.randn(16, d_k, generator=generator), torch.randn(64, d_k, generator=generator)
+    d = (math.sqrt(d_k) if scale else 1.0) if divisor is None else divisor(d_k)
+    scores = (q @ k.T / d).requires_grad_()
+    (scores.softmax(-1) * torch.randn(64, 16, generator=generator)).sum().backward()
+    norms = scores.grad.norm(dim=-1)
+    return (norms.mean() if reduce == "mean" else norms.sum()).item()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda d, s, g: 0.28 if s or d < 10 else 0.08, "between"),  # constants
+        (lambda d, s, g: _gradient(d, True, g), "even when scale is false"),
+        (lambda d, s, g: _gradient(d, False, g), "never divide"),
+        (lambda d, s, g: _gradient(d, s, g, divisor=lambda d: d if s else 1.0), "divide by d_k"),
+        (lambda d, s, g: _gradient(d, s, g, reduce="sum"), "sum of the row norms"),
+        (lambda d, s, g: _gradient(d, s, torch.Generator().manual_seed(31)), "generator you are given"),
+        (lambda d, s, g: 0.0, "zero"),
+        (_raises, "raised RuntimeError on d_k=4"),
+    ],
+)
+def test_scaling_gradient_names_the_mistake(wrong, phrase):
+    _rejected(ex.check_scaling_gradient(wrong), phrase)
+
+
+def test_scaling_gradient_wants_the_generator_used():
+    # the right recipe, but with a fresh seed of its own every call: right in spread, not reproducible
+    counter = iter(range(10**6))
+    feedback = ex.check_scaling_gradient(lambda d, s, g: _gradient(d, s, torch.Generator().manual_seed(next(counter))))
+    assert feedback != ex.CORRECT
+
+
+def test_scaling_gradient_accepts_other_routes():
+    assert ex.check_scaling_gradient(solution_scaling_gradient) == ex.CORRECT
+    assert ex.check_scaling_gradient(lambda d, s, g: _gradient(d, s, g, swap=True)) == ex.CORRECT
