@@ -130,15 +130,15 @@ def _nbgrader_check(ns, calls):
                 found.append(where)
         # 3. library functions replaced by code written in the notebook
         modules = ["builtins", "math", "operator", "torch", "torch.nn.functional", "torch.linalg", "numpy"]
-        spaces = [vars(sys.modules[m]) for m in modules if m in sys.modules]
+        spaces = [(m, vars(sys.modules[m])) for m in modules if m in sys.modules]
         torch = sys.modules.get("torch")
         if torch is not None:
-            spaces += [vars(torch.Tensor), vars(torch.nn.Module)]
-        for space in spaces:
+            spaces += [("torch.Tensor", vars(torch.Tensor)), ("torch.nn.Module", vars(torch.nn.Module))]
+        for label, space in spaces:
             for attr, obj in list(space.items()):
                 filename = getattr(code(obj), "co_filename", "") if isinstance(obj, types.FunctionType) else ""
                 if "ipykernel_" in filename or filename.startswith("<"):
-                    found.append(getattr(obj, "__qualname__", attr) + " (replaced by notebook code)")
+                    found.append(f"{label}.{attr} (with notebook code)")
         if found:
             raise AssertionError(
                 f"{TAMPERED}: this notebook replaced {', '.join(sorted(set(found)))}. The exercise gets no points "
