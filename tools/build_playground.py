@@ -40,8 +40,8 @@ TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expecte
 
 NUMBERS = ["4021", "57913", "0", "99999", "700", "12", "80008"]  # the page zero-pads to 5 digits, as the data does
 NUMBERS_MAX_NEW = 16  # the longest answers, such as 'seventy-seven thousand ...', are 7 word tokens and <eos>
-PROMPTS = [("ROMEO:\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
-SAMPLING = {"prompt": "ROMEO:\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
+PROMPTS = [("Romeo.\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
+SAMPLING = {"prompt": "Romeo.\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
 BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
 
