@@ -115,15 +115,13 @@ def _score_std(d_k, g, variance=False, scaled=False):
     return (dots.var() if variance else dots.std()).item()
 
 
-def _padding_ablation(use_mask, mask_always=None):
-    tl.set_seed(0)
-    layer = tl.EncoderLayer(d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
-    tokens = torch.randn(1, 4, 16)
-    padded = torch.cat([tokens, torch.zeros(1, 3, 16)], dim=1)  # (1, 7, 16)
+def _padding_ablation(layer, tokens, num_pad, use_mask, mask_always=None):
+    B, T, d = tokens.shape
+    padded = torch.cat([tokens, torch.zeros(B, num_pad, d)], dim=1)
     keep = use_mask if mask_always is None else mask_always
-    mask = torch.tensor([[True] * 4 + [False] * 3])[:, None, None, :] if keep else None
+    mask = torch.tensor([[True] * T + [False] * num_pad])[:, None, None, :] if keep else None
     with torch.no_grad():
-        return (layer(padded, mask)[:, :4] - layer(tokens)).abs().max().item()
+        return (layer(padded, mask)[:, :T] - layer(tokens)).abs().max().item()
 
 
 def _depth_growth(num_layers, seed, final_norm=False, norm_first=True):
@@ -236,7 +234,7 @@ CASES = {
         (lambda d, g: math.sqrt(d), "nothing was measured")]),
     "padding_mask": (ex.check_padding_mask, lambda t, p: (t != p)[:, None, None, :], [
         (lambda t, p: (t == p)[:, None, None, :], "Reversed"), (lambda t, p: t != p, "broadcast"),
-        (lambda t, p: (t != 0)[:, None, None, :], "hard-code 0")]),
+        (lambda t, p: (t != 0)[:, None, None, :], "hard-coded 0")]),
     "target_mask": (ex.check_target_mask, lambda t, p: (t != p)[:, None, None, :] & tl.causal_mask(t.shape[1]), [
         (lambda t, p: (t != p)[:, None, None, :].expand(-1, 1, t.shape[1], -1), "Only padding"),
         (lambda t, p: tl.causal_mask(t.shape[1]).expand(t.shape[0], 1, -1, -1), "Only the future"),
@@ -265,8 +263,8 @@ CASES = {
         (lambda d, s, g: _scaling_gradient(d, s, g, always_scale=True), "even when scale is False"),
         (lambda d, s, g: _scaling_gradient(d, s, g, never_scale=True), "sqrt(d_k)")]),
     "padding_ablation": (ex.check_padding_ablation, _padding_ablation, [
-        (lambda u: _padding_ablation(u, mask_always=False), "should not move"),
-        (lambda u: _padding_ablation(u, mask_always=True), "mask=None")]),
+        (lambda *a: _padding_ablation(*a, mask_always=False), "pass the padding mask"),
+        (lambda *a: _padding_ablation(*a, mask_always=True), "mask=None")]),
     "depth_growth": (ex.check_depth_growth, _depth_growth, [
         (lambda n, s: _depth_growth(n, s, final_norm=True), "final_norm=False"),
         (lambda n, s: _depth_growth(n, s, norm_first=False), "still normalised")]),
