@@ -85,8 +85,7 @@ def _mask_fraction(n, blocked=False, count=False):
     return mask.sum().item() if count else mask.float().mean().item()
 
 
-def _scale_ratio(d, scale=True, inverse=False):
-    g = torch.Generator().manual_seed(0)
+def _scale_ratio(d, g, scale=True, inverse=False):
     tokens = torch.randn(500, d, generator=g) * (d**0.5 if scale else 1.0)  # nn.Embedding's N(0, 1) start
     ratio = tokens.norm(dim=-1).mean() / tl.sinusoidal_encoding(500, d).norm(dim=-1).mean()
     return (1 / ratio if inverse else ratio).item()
@@ -210,11 +209,12 @@ CASES = {
     "cached_rows": (ex.check_cached_rows, lambda p, n: tl.causal_mask(p + n)[p:], [
         (lambda p, n: tl.causal_mask(p + n)[:n], "first rows"), (lambda p, n: tl.causal_mask(n), "expected shape")]),
     "embed": (ex.check_embed, lambda ids, t: F.one_hot(ids, t.shape[0]).float() @ t, [
-        (lambda ids, t: t @ t.T, "Expected shape"), (lambda ids, t: t[(ids + 1) % t.shape[0]], "wrong values")]),
+        (lambda ids, t: t @ t.T, "Expected shape"), (lambda ids, t: t[ids], "by hand"),
+        (lambda ids, t: F.one_hot((ids + 1) % t.shape[0], t.shape[0]).float() @ t, "off by one")]),
     "embedding_parameters": (ex.check_embedding_parameters, lambda v, d: v * d, [
         (lambda v, d: v * d + d, "no bias"), (lambda v, d: v + d, "per token per dimension")]),
     "pad": (ex.check_pad, lambda s, p: _pad(s, p), [
-        (lambda s, p: _pad(s, p, left=True), "on the left"), (lambda s, p: _pad(s, 0), "Use pad_id"),
+        (lambda s, p: _pad(s, p, left=True), "on the left"), (lambda s, p: _pad(s, 0), "use the pad_id"),
         (lambda s, p: _pad(s, p).float(), "torch.long")]),
     "encoding": (ex.check_encoding, _encoding, [
         (lambda m, d: _encoding(m, d, swap=True), "swapped"), (_doubled_exponent, "exponent is doubled"),
@@ -255,7 +255,8 @@ CASES = {
     "mask_fraction": (ex.check_mask_fraction, _mask_fraction, [
         (lambda n: _mask_fraction(n, blocked=True), "blocked"), (lambda n: _mask_fraction(n, count=True), "divide")]),
     "scale_ratio": (ex.check_scale_ratio, _scale_ratio, [
-        (lambda d: _scale_ratio(d, scale=False), "multiply"), (lambda d: _scale_ratio(d, inverse=True), "upside down")]),
+        (lambda d, g: _scale_ratio(d, g, scale=False), "multiply"), (lambda d, g: _scale_ratio(d, g, inverse=True), "upside down"),
+        (lambda d, g: (2 * d) ** 0.5, "nothing was measured")]),
     "permutation_gap": (ex.check_permutation_gap, _permutation_gap, [
         (lambda *a: _permutation_gap(*a, pe_after_permuting=True), "shuffle the tokens first"),
         (lambda layer, t, p, u: _permutation_gap(layer, t, p, True), "rounding noise")]),

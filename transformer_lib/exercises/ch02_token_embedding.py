@@ -2,86 +2,168 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ._common import _TODO, CORRECT, _close, _measured, _shape
+from ..positional import sinusoidal_encoding
+from ..tasks import pad_sequences
+from ._common import _BY_HAND, CORRECT, _close, _measured, _seeded, _shape, attempt
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 
+_LOOKUPS = (F.embedding, torch.embedding, torch.index_select, torch.Tensor.index_select, torch.take, torch.gather)
+
+
+class _NoLookup(torch.overrides.TorchFunctionMode):
+    """While active, looking rows of `table` up directly (indexing, F.embedding, index_select) raises."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__()
+        self.table = table
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _LOOKUPS or (func is torch.Tensor.__getitem__ and args and args[0] is self.table):
+            raise NotImplementedError(_BY_HAND)
+        return func(*args, **kwargs)
+
 
 def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
-    """fn(ids (B, S), table (V, d)) must return table rows (B, S, d) via a one-hot product."""
-    g = torch.Generator().manual_seed(123)
-    table, ids = torch.randn(11, 5, generator=g), torch.randint(0, 11, (3, 4), generator=g)
-    result = fn(ids, table)
-    if result is None:
-        return _TODO
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != (3, 4, 5):
-        return f"Expected shape (B, S, d) = (3, 4, 5), got {_shape(result)}. Multiply (B, S, V) by (V, d)."
-    if _close(result, table[ids]):
-        return CORRECT
-    return "Right shape, wrong values: row t of the table should come back for id t."
+    """fn(ids (B, S), table (V, d)) must return table rows (B, S, d) via a one-hot product, without indexing."""
+    g = _seeded(123)
+    for (B, S), V, d, dtype in (
+        ((3, 4), 11, 5, torch.float32),
+        ((2, 7), 20, 8, torch.float32),
+        ((1, 3), 6, 3, torch.float32),
+    ):
+        table = torch.randn(V, d, generator=g, dtype=dtype)
+        ids = torch.randint(0, V - 2, (B, S), generator=g)  # the last ids never occur: one_hot must be told V
+        ids[0, 0] = 0
+        case = f"ids of shape {(B, S)} and a table of shape {(V, d)} ({dtype})"
+
+        def guarded(ids, table):
+            with _NoLookup(table):
+                return fn(ids, table)
+
+        result, hint = attempt(guarded, ids.clone(), table, case=case, names="table[ids] or F.embedding")
+        if hint:
+            if "shapes cannot be multiplied" in hint:
+                hint += " F.one_hot(ids) alone sizes the one-hot by the largest id present: pass table.shape[0]."
+            elif "dtype" in hint or "scalar type" in hint:
+                hint += " F.one_hot returns integers: convert it to the table's dtype before multiplying."
+            return hint
+        if not isinstance(result, torch.Tensor):
+            return f"Return a tensor, got {type(result).__name__}."
+        want = table[ids]
+        if tuple(result.shape) != (B, S, d):
+            if tuple(result.shape) == (B, S, V):
+                return f"On {case} you returned the one-hot vectors (B, S, V): multiply them by the table."
+            return f"On {case} expected shape (B, S, d) = {(B, S, d)}, got {_shape(result)}."
+        if _close(result, want):
+            continue
+        if _close(result, table[(ids + 1) % V]) or _close(result, table[(ids - 1) % V]):
+            return f"On {case}: off by one row. Id t must bring back row t of the table (ids count from 0)."
+        return f"On {case}: right shape, wrong values. Row t of the table should come back for id t."
+    return CORRECT
 
 
 def check_embedding_parameters(fn: Callable[[int, int], int]) -> str:
     """fn(vocab_size, d_model) must return the number of parameters of an embedding table."""
-    if fn(10, 4) is None:
-        return _TODO
-    for v, d in ((10, 4), (32_000, 512), (7, 3)):
-        got = fn(v, d)
-        if got == v * d + d:
-            return "An embedding table has no bias: it is only the V x d matrix."
+    for v, d in ((10, 4), (32_000, 512), (7, 3), (50_257, 768)):
+        result, hint = attempt(fn, v, d, case=f"vocab_size={v}, d_model={d}")
+        if hint:
+            return hint
+        measured = _measured("the number of parameters", result)
+        if isinstance(measured, str):
+            return measured
+        got = measured[0]
+        if got == v * d:
+            continue
+        case = f"For vocab_size={v}, d_model={d}"
+        if got == v * d + d or got == v * d + v:
+            return f"{case}: an embedding table has no bias. It is only the V x d matrix."
         if got == v + d:
-            return "Add those numbers up per entry: one number per token per dimension."
-        if got != v * d:
-            return f"For vocab_size={v}, d_model={d} expected {v * d}, got {got}."
+            return f"{case}: one number per token per dimension, so multiply: V x d."
+        if got in (4 * v * d, 2 * v * d, 8 * v * d) and got != v * d:
+            return f"{case} you got {got:g}: count parameters (numbers), not bytes or two tables: V x d."
+        return f"{case} expected {v * d}, got {got:g}."
     return CORRECT
 
 
 def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
     """fn(seqs, pad_id) must right-pad id lists into a (B, S_max) long tensor."""
-    from ..tasks import pad_sequences
-
-    for seqs, pad in (([[5, 6, 7], [8]], 0), ([[1], [2, 3], []], 9), ([[4, 4]], 0)):
-        result = fn(seqs, pad)
-        if result is None:
-            return _TODO
+    for seqs, pad in (([[5, 6, 7], [8]], 0), ([[1], [2, 3], []], 9), ([[4, 4]], 3), ([[7, 1, 2, 2], [2], [0, 5]], 2)):
+        case = f"seqs={seqs}, pad_id={pad}"
+        result, hint = attempt(fn, [list(s) for s in seqs], pad, case=case)
+        if hint:
+            return hint
         want = pad_sequences(seqs, pad)
-        if not isinstance(result, torch.Tensor) or result.dtype != torch.long:
-            return f"Expected a torch.long tensor, got {type(result).__name__} {getattr(result, 'dtype', '')}."
+        if not isinstance(result, torch.Tensor):
+            return f"On {case} return a torch tensor, got {type(result).__name__}."
         if tuple(result.shape) != tuple(want.shape):
-            return f"For {seqs}: expected shape {tuple(want.shape)}, got {_shape(result)}."
+            if result.shape[-1:] == (want.shape[1] + 1,):
+                return f"On {case} the rows are one too long: pad to the longest sequence, {want.shape[1]}."
+            return f"On {case} expected shape (B, S_max) = {tuple(want.shape)}, got {_shape(result)}."
+        if result.dtype != torch.long:
+            values = "the values are right, but " if torch.equal(result.long(), want) else ""
+            return (
+                f"On {case}: {values}the dtype is {result.dtype}. Ids must be torch.long (embedding lookups need it)."
+            )
         if torch.equal(result, want):
             continue
         longest = want.shape[1]
         left = torch.tensor([[pad] * (longest - len(q)) + list(q) for q in seqs], dtype=torch.long)
         if torch.equal(result, left):
-            return "The padding is on the left. Put it on the right, after the real tokens."
-        return f"For {seqs} with pad_id={pad}: expected {want.tolist()}, got {result.tolist()}. Use pad_id, not 0."
+            return f"On {case} the padding is on the left. Put it on the right, after the real tokens."
+        if torch.equal(result, pad_sequences(seqs, 0)):
+            return f"On {case} you padded with 0: use the pad_id you are given ({pad})."
+        return f"On {case} expected {want.tolist()}, got {result.tolist()}."
     return CORRECT
 
 
+def _ratio(d_model: int, generator: torch.Generator, scale: bool = True) -> float:
+    tokens = torch.randn(500, d_model, generator=generator) * (d_model**0.5 if scale else 1.0)
+    return (tokens.norm(dim=-1).mean() / sinusoidal_encoding(500, d_model).norm(dim=-1).mean()).item()
+
+
 def check_scale_ratio(fn) -> str:
-    """Experiment: fn(d_model) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start.
+    """Experiment: fn(d_model, generator) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start.
 
-    The ratio is the mean norm of sqrt(d) * embedding over the mean norm of the positional encoding.
-
-    A row of N(0, 1) entries has norm about sqrt(d); times sqrt(d) that is d. Every sinusoidal row
-    has norm sqrt(d / 2). So the measured ratio must come out near sqrt(2 d).
+    The ratio is the mean norm of sqrt(d) * embedding (500 rows drawn with the generator) over the
+    mean norm of the positional encoding's rows. The checker re-runs it on seeds and widths of its
+    own: the number must come from the draw. It comes out near sqrt(2 d): a row of N(0, 1) entries
+    has norm about sqrt(d), times sqrt(d) that is d, and every sinusoidal row has norm sqrt(d / 2).
     """
-    for d in (64, 512):
-        measured = _measured("the ratio", fn(d))
+    results = {}
+    for d, seed in ((64, 61), (512, 62), (96, 63)):
+        case = f"d_model={d} with a generator seeded {seed}"
+        result, hint = attempt(fn, d, _seeded(seed), case=case)
+        if hint:
+            return hint
+        measured = _measured("the ratio", result)
         if isinstance(measured, str):
             return measured
-        value = measured[0]
+        got = results[d] = measured[0]
         want = (2 * d) ** 0.5
-        if abs(value - want) < 0.1 * want:
-            continue
-        if abs(value - 2**0.5) < 0.2:
-            return f"For d_model={d} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first."
-        if abs(value - 1 / want) < 0.1 / want:
-            return "The ratio is upside down: embedding norm divided by positional-encoding norm."
-        return f"For d_model={d} expected a ratio near {want:.1f} (sqrt(2 d)), measured {value:.2f}."
+        if math.isclose(got, _ratio(d, _seeded(seed)), rel_tol=1e-4) or abs(got - want) < 0.05 * want:
+            continue  # the same draw, or another route within the sampling spread
+        if math.isclose(got, _ratio(d, _seeded(seed), scale=False), rel_tol=1e-3) or abs(got - 2**0.5) < 0.1:
+            return f"For {case} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first."
+        if abs(got * want - 1) < 0.05:
+            return f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding norm."
+        return f"For {case} expected a ratio near {want:.1f} (sqrt(2 d)), measured {got:.3g}."
+    again, hint = attempt(fn, 64, _seeded(64), case="d_model=64 with another seed")
+    if hint:
+        return hint
+    measured = _measured("the ratio", again)
+    if isinstance(measured, str):
+        return measured
+    if measured[0] == results[64]:
+        return (
+            "Two different seeds gave exactly the same number, so nothing was measured from the generator you are "
+            "given (sqrt(2 d) typed in?): draw the 500 token vectors with it."
+        )
     return CORRECT
