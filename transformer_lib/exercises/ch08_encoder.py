@@ -6,64 +6,154 @@ from collections.abc import Callable
 
 import torch
 
-from ..encoder import EncoderLayer
 from ..masks import padding_mask
 from ..training import classification_accuracy
-from ._common import _TODO, CORRECT, _close, _measured, _shape
+from ._common import CORRECT, _measured, attempt
+from ._match import first_mistake, same, tensor_problem
 
 __all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation"]
 
 
+def _pool_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(name, hidden, ids, mask): shapes, widths, pad ids and padding amounts all vary; data is random."""
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for B, S, d, pad, lengths in (
+        (3, 5, 4, 0, [5, 2, 1]),
+        (4, 7, 6, 3, [3, 7, 5, 1]),
+        (2, 6, 10, 11, [6, 4]),
+    ):
+        hidden = torch.randn(B, S, d, generator=g) * 2 + 0.5
+        ids = torch.randint(0, 20, (B, S), generator=g)
+        ids[ids == pad] = pad + 1  # real tokens never use the pad id
+        for b, n in enumerate(lengths):
+            ids[b, n:] = pad
+        cases.append((f"hidden of shape ({B}, {S}, {d}) padded with pad id {pad}", hidden, ids, padding_mask(ids, pad)))
+    return cases
+
+
 def check_mean_pool(fn) -> str:
     """fn(hidden (B, S, d), mask (B, 1, 1, S)) must average the real positions, (B, d)."""
-    hidden = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(3))
-    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]]), 0)
-    result = fn(hidden, mask)
-    if result is None:
-        return _TODO
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != (3, 4):
-        return f"Expected shape (B, d) = (3, 4), got {_shape(result)}."
-    if _close(result, hidden.mean(1)):
-        return "The padding is averaged in: weight positions by the mask."
-    if _close(result, (hidden * mask[:, 0, 0, :, None]).sum(1) / 5):
-        return "Almost: divide by the number of real tokens, not by S."
-    want = torch.stack([hidden[0].mean(0), hidden[1, :2].mean(0), hidden[2, 0]])
-    return CORRECT if _close(result, want) else "Not quite: sum the real positions and divide by their count."
+    for case, hidden, _ids, mask in _pool_cases():
+        keep = mask[:, 0, 0, :, None].double()  # (B, S, 1)
+        h = hidden.double()
+        want = (h * keep).sum(1) / keep.sum(1)
+        got, hint = attempt(fn, hidden.clone(), mask.clone(), case=case)
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        if same(got, want):
+            continue
+        S = hidden.shape[1]
+        mistakes = [
+            (h.mean(1), "The padding is averaged in: weight positions by the mask."),
+            ((h * keep).sum(1) / S, "Almost: divide by the number of real tokens, not by S."),
+            ((h * keep).sum(1), "That is the sum of the real positions: divide by how many there are."),
+            ((h * (1 - keep)).sum(1) / (1 - keep).sum(1).clamp(min=1), "Upside down: you averaged the pads only."),
+            (h[:, 0], "That is the first position only: average over every real position."),
+        ]
+        return first_mistake(got, want, mistakes) or (
+            f"Not the mean over the real positions on {case}: sum hidden where the mask is True, "
+            "divide by the number of True positions."
+        )
+    return CORRECT
+
+
+def _randomise_norms(layer: torch.nn.Module, g: torch.Generator) -> None:
+    """Give norm1 and norm2 different random gains and biases, so that mixing them up shows."""
+    with torch.no_grad():
+        for name in ("norm1", "norm2"):
+            norm = getattr(layer, name, None)
+            for p in norm.parameters() if norm is not None else ():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1.0 if p.ndim and p is norm.weight else 0.0))
 
 
 def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module]) -> str:
-    """fn(layer, x, mask) must run a layer's parts in pre-LN order; make_layer builds the learner's layer class."""
-    with torch.random.fork_rng():  # building layers draws weights from torch's global generator:
-        torch.manual_seed(4)  # seed it for a repeatable check, then give the learner's state back
-        mine = make_layer(16, 2, 32).eval()
-        reference = EncoderLayer(d_model=16, num_heads=2, d_ff=32, dropout=0.0, norm_first=True).eval()
-    reference.load_state_dict(mine.state_dict())  # the same names: self_attn, norm1, feed_forward, norm2
-    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(4))
-    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), 0)
-    with torch.no_grad():
-        result = fn(mine, x, mask)
-        if result is None:
-            return _TODO
-        if _close(result, mine(x, mask)):
-            return "That is the post-LN order: normalise before each sublayer instead."
-        if _close(result, reference(x, mask)):
-            return CORRECT
-    return "Not quite: z = x + attn(norm1(x)); out = z + ff(norm2(z))."
+    """fn(layer, x, mask) must run a layer's parts in pre-LN order; make_layer builds the learner's layer class.
+
+    The checker builds layers of several widths, gives norm1 and norm2 different random weights and
+    biases, and compares with x + attn(norm1(x)); then + ff(norm2(.)), built from the same parts.
+    """
+    g = torch.Generator().manual_seed(4)
+    for d, h, d_ff, B, S, pad in ((16, 2, 32, 2, 5, 0), (24, 3, 40, 3, 7, 2), (12, 4, 20, 2, 6, 9)):
+        case = f"a layer with d_model={d}, num_heads={h}, d_ff={d_ff} on x of shape ({B}, {S}, {d})"
+        try:
+            with torch.random.fork_rng():  # building layers draws from torch's global generator
+                torch.manual_seed(d)
+                layer = make_layer(d, h, d_ff).eval()
+            _randomise_norms(layer, g)
+        except Exception as error:  # the learner's layer class is part of the answer
+            return f"Building your layer class raised {type(error).__name__} for {case}: {error}"
+        x = torch.randn(B, S, d, generator=g) * 1.5 + 0.3
+        ids = torch.randint(1, 30, (B, S), generator=g)
+        ids[ids == pad] = pad + 1
+        ids[-1, S - 2 :] = pad
+        mask = padding_mask(ids, pad)
+        A = lambda q, m=mask, attn=layer.self_attn: attn(q, q, q, m)[0]  # noqa: E731
+        F_, n1, n2 = layer.feed_forward, layer.norm1, layer.norm2
+        with torch.no_grad():
+            z = x + A(n1(x))
+            want = z + F_(n2(z))
+            got, hint = attempt(fn, layer, x.clone(), mask.clone(), case=case)
+            if hint:
+                return hint
+            problem = tensor_problem(got, want, case)
+            if problem:
+                return problem
+            if same(got, want, atol=1e-4):
+                continue
+            post = n1(x + A(x))
+            z1, z2, zs = x + A(n1(x)), x + A(n2(x)), x + A(n1(x), None)
+            mistakes = [
+                (n2(post + F_(post)), "That is the post-LN order: normalise before each sublayer instead."),
+                (z1 + F_(n1(z1)), "You used norm1 for both sublayers: the feed-forward reads norm2(z)."),
+                (z2 + F_(n2(z2)), "You used norm2 for both sublayers: attention reads norm1(x)."),
+                (
+                    z2 + F_(n1(z2)),
+                    "norm1 and norm2 are swapped: norm1 before attention, norm2 before the feed-forward.",
+                ),
+                (A(n1(x)) + F_(n2(A(n1(x)))), "The attention sublayer has lost its residual: z = x + attn(norm1(x))."),
+                (F_(n2(z1)), "The feed-forward has lost its residual: out = z + ff(norm2(z))."),
+                (n2(z1 + F_(n2(z1))), "Pre-LN does not normalise the output: out = z + ff(norm2(z)), no norm after."),
+                (z1 + F_(n2(x)), "The feed-forward reads norm2(z), z = x + attention, not norm2(x)."),
+                (zs + F_(n2(zs)), "The mask is ignored: pass it to self_attn so that padding is not attended to."),
+            ]
+            found = first_mistake(got, want, mistakes, atol=1e-4)
+            if found:
+                return found
+        return f"Not quite the pre-LN order on {case}: z = x + attn(norm1(x)); out = z + ff(norm2(z))."
+    return CORRECT
 
 
 def check_first_pool(fn) -> str:
     """fn(hidden (B, S, d)) must return the vector at position 0 of each sequence, (B, d)."""
-    hidden = torch.randn(3, 6, 4, generator=torch.Generator().manual_seed(8))
-    result = fn(hidden)
-    if result is None:
-        return _TODO
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != (3, 4):
-        return f"Expected shape (B, d) = (3, 4), got {_shape(result)}."
-    if _close(result, hidden[:, -1]):
-        return "That is the last position. The <bos> / [CLS] token sits at position 0."
-    if _close(result, hidden.mean(1)):
-        return "That is mean pooling. Take position 0 only."
-    return CORRECT if _close(result, hidden[:, 0]) else "Not quite: index hidden[:, 0]."
+    g = torch.Generator().manual_seed(8)
+    for B, S, d in ((3, 6, 4), (5, 2, 7), (2, 9, 16)):
+        case = f"hidden of shape ({B}, {S}, {d})"
+        hidden = torch.randn(B, S, d, generator=g)
+        want = hidden[:, 0].double()
+        got, hint = attempt(fn, hidden.clone(), case=case)
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case)
+        if problem:
+            if isinstance(got, torch.Tensor) and got.shape == (B, 1, d):
+                return "Keep one vector per sequence, (B, d): index hidden[:, 0], not hidden[:, :1]."
+            if isinstance(got, torch.Tensor) and got.shape == (S, d):
+                return "That is the first sequence of the batch: take position 0 of every sequence, hidden[:, 0]."
+            return problem
+        if same(got, want):
+            continue
+        mistakes = [
+            (hidden[:, -1], "That is the last position. The <bos> / [CLS] token sits at position 0."),
+            (hidden.mean(1), "That is mean pooling. Take position 0 only."),
+            (hidden[:, 1], "That is position 1: Python counts from 0, the [CLS] token is hidden[:, 0]."),
+            (hidden.max(1).values, "That is max pooling. Take position 0 only."),
+        ]
+        return first_mistake(got, want, mistakes) or f"Not position 0 on {case}: index hidden[:, 0]."
+    return CORRECT
 
 
 def _accuracy_without_head(model, x, y, layer: int, head: int) -> float:
@@ -82,33 +172,51 @@ def _accuracy_without_head(model, x, y, layer: int, head: int) -> float:
 def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
     """Experiment: fn(model, x, y, layer, head) measures the accuracy with that head switched off.
 
-    The checker switches the same heads off itself, compares the accuracies, and checks that the
-    model is left as it was found.
+    The checker runs the learner's measurement itself for every head, on the data it is given and on
+    random subsets of it the learner has not seen, switches the same heads off itself, compares the
+    accuracies, and checks that the model is left as it was found. A typed number cannot pass.
     """
     device = next(model.parameters()).device
     x, y = x.to(device), y.to(device)
     before = [p.detach().clone() for p in model.parameters()]
     model.eval()
-    for layer, head in ((0, 0), (len(model.encoder.layers) - 1, model.encoder.layers[-1].self_attn.num_heads - 1)):
-        got = fn(model, x, y, layer, head)
-        if got is None:
-            return _TODO
-        if any(not torch.equal(a, b) for a, b in zip(before, model.parameters())):
-            for p, b in zip(model.parameters(), before):
+    g = torch.Generator().manual_seed(len(y))
+    n = len(y)
+    subsets = [("the data it was given", torch.arange(n))]
+    for size in (max(n // 3, 2), max(n // 2 + 1, 2)):
+        subsets.append((f"a random subset of {size} examples", torch.randperm(n, generator=g)[:size]))
+    layers = model.encoder.layers
+    heads = [(i, j) for i, lyr in enumerate(layers) for j in range(lyr.self_attn.num_heads)]
+    for where, index in subsets:
+        xs, ys = x[index.to(device)], y[index.to(device)]
+        for layer, head in heads:
+            case = f"layer {layer}, head {head} on {where}"
+            got, hint = attempt(fn, model, xs, ys, layer, head, case=case)
+            changed = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+            if changed:
                 with torch.no_grad():
-                    p.copy_(b)
-            return "Your experiment changed the model's weights: put the head back after measuring."
-        measured = _measured("the accuracy", got)
-        if isinstance(measured, str):
-            return measured
-        value = measured[0]
-        want = _accuracy_without_head(model, x, y, layer, head)
-        if abs(value - want) > 1.5 / len(y):  # one borderline example may round the other way
-            full = classification_accuracy(model, x, y)
-            if abs(value - full) < 1e-9:
-                return f"That is the accuracy with every head on ({full:.4f}): zero the head's output first."
+                    for p, b in zip(model.parameters(), before):
+                        p.copy_(b)
+                return "Your experiment changed the model's weights: put the head back after measuring."
+            if hint:
+                return hint
+            measured = _measured("the accuracy", got)
+            if isinstance(measured, str):
+                return measured
+            value = measured[0]
+            want = _accuracy_without_head(model, xs, ys, layer, head)
+            if abs(value - want) <= 1.5 / len(ys):  # one borderline example may round the other way
+                continue
+            full = classification_accuracy(model, xs, ys)
+            if abs(value - full) < 1e-9 and abs(want - full) > 1e-9:
+                return f"On {case}: that is the accuracy with every head on ({full:.4f}): zero the head's output first."
+            if abs(value - 100 * want) <= 150 / len(ys) and want > 0:
+                return f"On {case}: that is a percentage ({value:.2f}); return the accuracy as a fraction."
+            if abs(value - (1 - want)) <= 1.5 / len(ys):
+                return f"On {case}: that is the error rate ({value:.4f}), 1 - accuracy; return the accuracy."
             return (
-                f"Layer {layer}, head {head}: expected accuracy {want:.4f} with the head off, got {value:.4f}. "
-                "Zero the head's d_k columns of out_proj.weight, the part that reads its output."
+                f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}. The checker runs "
+                "your measurement on data of its own, so it must measure, not return a number. Zero the head's "
+                "d_k columns of out_proj.weight, the part that reads its output."
             )
     return CORRECT

@@ -1,0 +1,264 @@
+"""Mutation suite for the checkers of chapter 08 (the encoder): classic mistakes are named, other routes pass."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "08_encoder.ipynb"
+
+
+def _notebook_solution(name: str):
+    """The function `name` as the notebook's solution cell defines it (its print lines left out)."""
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in source:
+            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
+            exec("\n".join(line for line in source.splitlines() if not line.startswith("print(")), namespace)
+            return namespace[name]
+    raise LookupError(name)
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+def _raises(*args):
+    raise RuntimeError("The size of tensor a (8) must match the size of tensor b (6)")
+
+
+class _Layer(nn.Module):  # the learner's MyEncoderLayer (post-LN forward)
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.self_attn = tl.MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = tl.FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        z = self.norm1(x + self.self_attn(x, x, x, mask)[0])
+        return self.norm2(z + self.feed_forward(z))
+
+
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("solution_mean_pool", ex.check_mean_pool),
+        ("solution_first_pool", ex.check_first_pool),
+    ],
+)
+def test_the_notebook_solution_passes(name, check):
+    assert check(_notebook_solution(name)) == ex.CORRECT
+
+
+def test_the_notebook_pre_ln_solution_passes():
+    assert ex.check_pre_ln_layer(_notebook_solution("solution_pre_ln_layer"), _Layer) == ex.CORRECT
+
+
+# ---- mean pooling -------------------------------------------------------------------------------
+
+
+def _keep(m):
+    return m[:, 0, 0, :, None].float()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda h, m: h.mean(1), "padding is averaged in"),
+        (lambda h, m: (h * _keep(m)).sum(1) / h.shape[1], "not by S"),
+        (lambda h, m: (h * _keep(m)).sum(1), "the sum of the real positions"),
+        (lambda h, m: (h * (1 - _keep(m))).sum(1) / (1 - _keep(m)).sum(1).clamp(min=1), "pads only"),
+        (lambda h, m: h[:, 0], "first position only"),
+        (lambda h, m: (h * _keep(m)).sum(1) / 3, "Not the mean over the real positions"),
+        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1))[:, :2], "expected shape"),
+        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1)).tolist(), "Return a tensor"),
+        (_raises, "raised RuntimeError on hidden of shape (3, 5, 4)"),
+    ],
+)
+def test_mean_pool_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_mean_pool(wrong), phrase)
+
+
+def test_mean_pool_right_only_for_one_input_fails_naming_the_input():
+    feedback = ex.check_mean_pool(lambda h, m: (h * _keep(m)).sum(1) / (_keep(m).sum(1) + (h.shape[0] == 4)))
+    _rejected(feedback, "pad id 3")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda h, m: (h * _keep(m)).sum(1) / _keep(m).sum(1),
+        lambda h, m: torch.stack([h[b, m[b, 0, 0]].mean(0) for b in range(h.shape[0])]),
+        lambda h, m: torch.einsum("bs,bsd->bd", m[:, 0, 0].double(), h.double()) / m[:, 0, 0].sum(-1, keepdim=True),
+        lambda h, m: h.masked_fill(~m[:, 0, 0, :, None], 0).sum(1) / m.sum((1, 2, 3))[:, None],
+    ],
+)
+def test_mean_pool_other_routes_pass(right):
+    assert ex.check_mean_pool(right) == ex.CORRECT
+
+
+# ---- pre-LN layer -------------------------------------------------------------------------------
+
+
+def _attn(layer, q, m):
+    return layer.self_attn(q, q, q, m)[0]
+
+
+def _pre(layer, x, m, first="norm1", second="norm2", mask=True, final=False):
+    n1, n2 = getattr(layer, first), getattr(layer, second)
+    z = x + _attn(layer, n1(x), m if mask else None)
+    out = z + layer.feed_forward(n2(z))
+    return layer.norm2(out) if final else out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda layer, x, m: layer(x, m), "post-LN order"),
+        (lambda layer, x, m: _pre(layer, x, m, second="norm1"), "norm1 for both"),
+        (lambda layer, x, m: _pre(layer, x, m, first="norm2"), "norm2 for both"),
+        (lambda layer, x, m: _pre(layer, x, m, first="norm2", second="norm1"), "swapped"),
+        (lambda layer, x, m: _pre(layer, x, m, mask=False), "mask is ignored"),
+        (lambda layer, x, m: _pre(layer, x, m, final=True), "does not normalise the output"),
+        (lambda layer, x, m: layer.feed_forward(layer.norm2(x + _attn(layer, layer.norm1(x), m))), "lost its residual"),
+        (lambda layer, x, m: x + _attn(layer, x, m), "Not quite the pre-LN order"),
+        (lambda layer, x, m: _pre(layer, x, m)[:, :-1], "expected shape"),
+        (_raises, "raised RuntimeError on a layer with d_model=16"),
+    ],
+)
+def test_pre_ln_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_pre_ln_layer(wrong, _Layer), phrase)
+
+
+def test_pre_ln_right_only_for_one_width_fails_naming_the_input():
+    def only_16(layer, x, m):
+        return _pre(layer, x, m) if x.shape[-1] == 16 else x
+
+    _rejected(ex.check_pre_ln_layer(only_16, _Layer), "d_model=24")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _pre,
+        lambda layer, x, m: (
+            lambda z: z + layer.feed_forward(F.layer_norm(z, z.shape[-1:], layer.norm2.weight, layer.norm2.bias))
+        )(x + _attn(layer, layer.norm1(x), m)),
+    ],
+)
+def test_pre_ln_other_routes_pass(right):
+    assert ex.check_pre_ln_layer(right, _Layer) == ex.CORRECT
+
+
+# ---- first-token pooling ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda h: h[:, -1], "last position"),
+        (lambda h: h.mean(1), "mean pooling"),
+        (lambda h: h[:, 1], "position 1"),
+        (lambda h: h.max(1).values, "max pooling"),
+        (lambda h: h[:, :1], "not hidden[:, :1]"),
+        (lambda h: h[0], "first sequence of the batch"),
+        (lambda h: h[:, 0] if h.shape[0] == 3 else h[:, 0] * 2, "Not position 0 on hidden of shape (5, 2, 7)"),
+        (_raises, "raised RuntimeError on hidden of shape (3, 6, 4)"),
+    ],
+)
+def test_first_pool_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_first_pool(wrong), phrase)
+
+
+@pytest.mark.parametrize("right", [lambda h: h.select(1, 0), lambda h: h.narrow(1, 0, 1).squeeze(1).double()])
+def test_first_pool_other_routes_pass(right):
+    assert ex.check_first_pool(right) == ex.CORRECT
+
+
+# ---- head ablation ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    tl.set_seed(0)
+    tok = tl.CharTokenizer("()[]")
+    x, y = tl.encode_labelled(tl.brackets_task(120, seed=3, max_pairs=4), tok, bos=True)
+    model = tl.EncoderClassifier(
+        vocab_size=tok.vocab_size,
+        num_classes=2,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_len=32,
+    ).eval()
+    return model, x, y
+
+
+def _head_off(model, x, y, layer, head, restore=True, switch_off=True, scale=1.0, flip=False):
+    attn = model.encoder.layers[layer].self_attn
+    saved = attn.out_proj.weight.detach().clone()
+    with torch.no_grad():
+        if switch_off:
+            attn.out_proj.weight[:, head * attn.d_k : (head + 1) * attn.d_k] = 0.0
+        accuracy = (model(x).argmax(-1) == y).float().mean().item()
+        if restore:
+            attn.out_proj.weight.copy_(saved)
+    return scale * (1 - accuracy if flip else accuracy)
+
+
+def test_head_ablation_notebook_solution_passes(classifier):
+    assert ex.check_head_ablation(_notebook_solution("solution_head_ablation"), *classifier) == ex.CORRECT
+
+
+def test_head_ablation_constants_and_typed_numbers_fail(classifier):
+    model, x, y = classifier
+    typed = {(i, j): ex.ch08_encoder._accuracy_without_head(model, x, y, i, j) for i in range(2) for j in range(2)}
+    _rejected(ex.check_head_ablation(lambda m, xs, ys, i, j: typed[(i, j)], *classifier), "random subset")
+    _rejected(ex.check_head_ablation(lambda *a: 0.5, *classifier), "must measure")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda *a: _head_off(*a, restore=False), "put the head back"),
+        (lambda *a: _head_off(*a, scale=100.0), "percentage"),
+        (lambda *a: _head_off(*a, flip=True), "error rate"),
+        (lambda *a: "high", "as a number"),
+        (_raises, "raised RuntimeError on layer 0, head 0"),
+    ],
+)
+def test_head_ablation_mistakes_are_named(classifier, wrong, phrase):
+    _rejected(ex.check_head_ablation(wrong, *classifier), phrase)
+
+
+def test_head_ablation_gives_the_model_back_and_accepts_another_route(classifier):
+    model, x, y = classifier
+
+    def by_hook(model, x, y, layer, head):  # zero the head's input to out_proj with a pre-hook
+        attn = model.encoder.layers[layer].self_attn
+
+        def zero(module, args):
+            z = args[0].clone()
+            z[..., head * attn.d_k : (head + 1) * attn.d_k] = 0
+            return (z,)
+
+        handle = attn.out_proj.register_forward_pre_hook(zero)
+        try:
+            return tl.classification_accuracy(model, x, y)
+        finally:
+            handle.remove()
+
+    assert ex.check_head_ablation(by_hook, model, x, y) == ex.CORRECT
+    assert ex.check_head_ablation(_head_off, model, x, y) == ex.CORRECT
