@@ -78,8 +78,7 @@ def _floor_experiment(V, eps, steps=300, smoothing=True):
     return best
 
 
-def _mask_fraction(n, blocked=False, count=False):
-    mask = tl.causal_mask(n)
+def _mask_fraction(mask, blocked=False, count=False):
     if blocked:
         mask = ~mask
     return mask.sum().item() if count else mask.float().mean().item()
@@ -207,7 +206,7 @@ CASES = {
     "allowed_count": (ex.check_allowed_count, lambda n: n * (n + 1) // 2, [
         (lambda n: n * n, "every entry"), (lambda n: n * (n - 1) // 2, "include the diagonal")]),
     "cached_rows": (ex.check_cached_rows, lambda p, n: tl.causal_mask(p + n)[p:], [
-        (lambda p, n: tl.causal_mask(p + n)[:n], "first rows"), (lambda p, n: tl.causal_mask(n), "expected shape")]),
+        (lambda p, n: tl.causal_mask(p + n)[:n], "first rows"), (lambda p, n: tl.causal_mask(n), "cached keys too")]),
     "embed": (ex.check_embed, lambda ids, t: F.one_hot(ids, t.shape[0]).float() @ t, [
         (lambda ids, t: t @ t.T, "Expected shape"), (lambda ids, t: t[ids], "by hand"),
         (lambda ids, t: F.one_hot((ids + 1) % t.shape[0], t.shape[0]).float() @ t, "off by one")]),
@@ -253,7 +252,8 @@ CASES = {
     "batch_norm_mean": (ex.check_batch_norm_mean, lambda x: x.mean(dim=(0, 1)), [
         (lambda x: x.mean(-1), "layer norm"), (lambda x: x.mean(0), "positions too")]),
     "mask_fraction": (ex.check_mask_fraction, _mask_fraction, [
-        (lambda n: _mask_fraction(n, blocked=True), "blocked"), (lambda n: _mask_fraction(n, count=True), "divide")]),
+        (lambda m: _mask_fraction(m, blocked=True), "blocked"), (lambda m: _mask_fraction(m, count=True), "divide"),
+        (lambda m: (m.shape[0] + 1) / (2 * m.shape[0]), "formula")]),
     "scale_ratio": (ex.check_scale_ratio, _scale_ratio, [
         (lambda d, g: _scale_ratio(d, g, scale=False), "multiply"), (lambda d, g: _scale_ratio(d, g, inverse=True), "upside down"),
         (lambda d, g: (2 * d) ** 0.5, "nothing was measured")]),

@@ -7,79 +7,122 @@ from collections.abc import Callable
 import torch
 
 from ..masks import causal_mask
-from ._common import _TODO, CORRECT, _measured, _shape
+from ._common import CORRECT, _measured, _seeded, _shape, attempt
 
 __all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 
 
+def _bool_hint(got, want: torch.Tensor, case: str) -> str | None:
+    """A hint when got is not a bool tensor of want's shape, else None."""
+    if not isinstance(got, torch.Tensor):
+        return f"On {case} return a tensor, got {type(got).__name__}."
+    if tuple(got.shape) != tuple(want.shape):
+        return f"On {case} expected shape {tuple(want.shape)}, got {_shape(got)}."
+    if got.dtype != torch.bool:
+        values = "the values are right, but " if torch.equal(got.cpu().bool(), want) else ""
+        return f"On {case}: {values}the dtype is {got.dtype}. Return a bool tensor."
+    return None
+
+
 def check_future_mask(fn: Callable[[int], torch.Tensor]) -> str:
     """fn(size) must return the blocked (future) positions: (size, size) bool, True where key > query."""
-    result = fn(4)
-    if result is None:
-        return _TODO
-    if not isinstance(result, torch.Tensor) or result.dtype != torch.bool:
-        return f"Expected a bool tensor, got {type(result).__name__} {getattr(result, 'dtype', '')}."
-    if tuple(result.shape) != (4, 4):
-        return f"Expected shape (4, 4) for size 4, got {_shape(result)}."
-    for n in (4, 7, 1):
-        got, blocked = fn(n).cpu(), ~causal_mask(n)
+    for n in (4, 7, 1, 10):
+        case = f"size={n}"
+        got, hint = attempt(fn, n, case=case)
+        if hint:
+            return hint
+        blocked = ~causal_mask(n)
+        hint = _bool_hint(got, blocked, case)
+        if hint:
+            return hint
+        got = got.cpu()
         if torch.equal(got, blocked):
             continue
         if torch.equal(got, ~blocked):
-            return "Not quite: this is the allowed mask (True = may attend). Negate it."
+            return f"On {case}: this is the allowed mask (True = may attend, the book's convention). Negate it."
         if torch.equal(got, blocked | torch.eye(n, dtype=torch.bool)):
-            return "Not quite: the diagonal is blocked too. A position may attend to itself."
-        return f"Not quite: wrong for size {n}. True exactly where the key lies after the query."
+            return f"On {case}: the diagonal is blocked too. A position may attend to itself."
+        if torch.equal(got, blocked.T):
+            return f"On {case}: those are the past keys (lower triangle). The future is above the diagonal, triu(1)."
+        return f"On {case}: wrong values. True exactly where the key lies after the query."
     return CORRECT
 
 
 def check_allowed_count(fn: Callable[[int], int]) -> str:
     """fn(n) must return how many True entries tl.causal_mask(n) has."""
-    if fn(3) is None:
-        return _TODO
-    for n in (1, 3, 10, 57):
-        got, want = fn(n), n * (n + 1) // 2
-        if got == want:
+    for n in (1, 3, 10, 57, 8):
+        got, hint = attempt(fn, n, case=f"n={n}")
+        if hint:
+            return hint
+        measured = _measured("the count", got)
+        if isinstance(measured, str):
+            return measured
+        got, want = measured[0], n * (n + 1) // 2
+        if abs(got - want) < 1e-6:
             continue
-        if got == n * n:
-            return "That counts every entry. Only the lower triangle, diagonal included, is True."
+        if n > 1 and got == n * n:
+            return f"For n={n} that counts every entry. Only the lower triangle, diagonal included, is True."
         if got == n * (n - 1) // 2:
-            return "Almost: include the diagonal; each position may attend to itself."
-        return f"For n={n} expected {want}, got {got}."
+            return f"For n={n}: almost, include the diagonal; each position may attend to itself."
+        if got == n * (n + 1):
+            return f"For n={n} you got n (n + 1): halve it, 1 + 2 + ... + n = n (n + 1) / 2."
+        return f"For n={n} expected {want}, got {got:g}."
     return CORRECT
 
 
 def check_cached_rows(fn: Callable[[int, int], torch.Tensor]) -> str:
     """fn(past, new) must return the causal-mask rows for `new` queries after `past` cached positions."""
-    if fn(2, 1) is None:
-        return _TODO
-    for past, new in ((3, 2), (0, 4), (5, 1)):
-        got, want = fn(past, new), causal_mask(past + new)[past:]
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+    for past, new in ((3, 2), (0, 4), (5, 1), (2, 6)):
+        case = f"past={past}, new={new}"
+        got, hint = attempt(fn, past, new, case=case)
+        if hint:
+            return hint
+        want = causal_mask(past + new)[past:]
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (new, new) and past:
             return (
-                f"For past={past}, new={new}: expected shape {tuple(want.shape)}, (new, past + new); got {_shape(got)}."
+                f"On {case} the shape is (new, new): the new queries see the {past} cached keys too, (new, past + new)."
             )
-        if torch.equal(got.cpu(), want):
+        hint = _bool_hint(got, want, case)
+        if hint:
+            return hint
+        got = got.cpu()
+        if torch.equal(got, want):
             continue
-        if torch.equal(got.cpu(), causal_mask(past + new)[:new]):
-            return "Those are the first rows. The new queries are the last rows: positions past .. past + new - 1."
-        return f"Wrong values for past={past}, new={new}: a query sees every cached key and new keys up to itself."
+        if torch.equal(got, causal_mask(past + new)[:new]):
+            return f"On {case}: those are the first rows. The new queries are the last rows, past .. past + new - 1."
+        if torch.equal(got, ~want):
+            return f"On {case}: reversed. In this book True means 'may attend'."
+        return f"On {case}: wrong values. A query sees every cached key and the new keys up to itself."
     return CORRECT
 
 
 def check_mask_fraction(fn) -> str:
-    """Experiment: fn(n) measures the fraction of a causal mask's n x n entries that are True."""
-    for n in (1, 2, 7, 1000):
-        measured = _measured("the fraction", fn(n))
+    """Experiment: fn(mask) measures the fraction of a bool mask's entries that are True.
+
+    The checker runs it on masks of its own: causal masks of several sizes and masks that are not
+    causal at all, so the fraction must be measured from the entries, not computed from a formula.
+    """
+    g = _seeded(8)
+    masks = [causal_mask(n) for n in (1, 2, 7, 300)]
+    masks += [torch.rand(5, 9, generator=g) < 0.3, torch.rand(12, 12, generator=g) < 0.8]
+    for mask in masks:
+        n = mask.shape[0]
+        kind = "a causal mask" if torch.equal(mask, causal_mask(n)) else "a random mask"
+        case = f"{kind} of shape {tuple(mask.shape)}"
+        got, hint = attempt(fn, mask.clone(), case=case)
+        if hint:
+            return hint
+        measured = _measured("the fraction", got)
         if isinstance(measured, str):
             return measured
-        value = measured[0]
-        want = (n + 1) / (2 * n)
+        value, want = measured[0], mask.float().mean().item()
         if abs(value - want) < 1e-6:
             continue
-        if abs(value - (n - 1) / (2 * n)) < 1e-6:
-            return f"For n={n} you counted the blocked entries ({value:.4f}); measure the allowed ones (True)."
-        if abs(value - want * n * n) < 1e-6:
-            return "That is the count of allowed entries; divide by n * n to get the fraction."
-        return f"Not quite: for n={n} the measured fraction should be {want:.4f}, got {value:.4f}."
+        if abs(value - (1 - want)) < 1e-6:
+            return f"On {case} you measured the blocked entries ({value:.4f}); measure the allowed ones (True)."
+        if abs(value - mask.sum().item()) < 1e-6:
+            return f"On {case} that is the count of True entries; divide by the number of entries."
+        if abs(value - (n + 1) / (2 * n)) < 1e-6:
+            return f"On {case} you used the formula (n + 1) / 2n. Measure the fraction from the mask's entries."
+        return f"On {case} the fraction of True entries is {want:.4f}, got {value:.4f}."
     return CORRECT
