@@ -4,72 +4,219 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ..training import noam_rate, smoothing_floor
-from ._common import CORRECT, _measured
+from ._common import CORRECT, _measured, attempt
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
 
 
+def _close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+_NOAM_MISTAKES = [
+    (
+        lambda n, d, w: min(n**-0.5, n * w**-1.5),
+        "Almost: multiply by d_model ** -0.5, so that wider models take smaller steps.",
+    ),
+    (
+        lambda n, d, w: d**0.5 * min(n**-0.5, n * w**-1.5),
+        "The factor is d_model ** -0.5 (one over its root), not d_model ** 0.5.",
+    ),
+    (
+        lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5),
+        "Use min, not max: the rate follows the smaller of the rising and the falling branch.",
+    ),
+    (
+        lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5),
+        "The warm-up branch is step * warmup ** -1.5, not warmup ** -0.5.",
+    ),
+    (lambda n, d, w: d**-0.5 * min(n**-0.5, n / w), "The warm-up branch is step * warmup ** -1.5, not step / warmup."),
+    (
+        lambda n, d, w: d**-0.5 * n * w**-1.5,
+        "Only the warm-up branch: take the min with step ** -0.5, which decays after warm-up.",
+    ),
+    (
+        lambda n, d, w: d**-0.5 * n**-0.5,
+        "Only the decay branch: take the min with step * warmup ** -1.5, the linear warm-up.",
+    ),
+    (lambda n, d, w: noam_rate(n, 512, w), "Your answer uses d_model=512 whatever d_model it is given."),
+    (lambda n, d, w: noam_rate(n, d, 4000), "Your answer uses warmup=4000 whatever warmup it is given."),
+    (
+        lambda n, d, w: noam_rate(n + 1, d, w),
+        "Off by one: step_num already counts from 1, as in the paper; do not add 1.",
+    ),
+    (
+        lambda n, d, w: noam_rate(max(n - 1, 1), d, w),
+        "Off by one: step_num counts from 1, as in the paper; do not subtract 1.",
+    ),
+    (lambda n, d, w: noam_rate(n, d, w) * 1e-3, "Do not multiply by a base learning rate: the formula is the rate."),
+]
+
+
 def check_noam(fn) -> str:
-    """fn(step_num, d_model, warmup) must equal the paper's d_model^-0.5 * min(n^-0.5, n * warmup^-1.5)."""
+    """fn(step_num, d_model, warmup) must equal the paper's d_model^-0.5 * min(n^-0.5, n * warmup^-1.5).
+
+    Steps count from 1. The checker varies the step (before, at and after the warm-up), d_model and
+    warmup, and names a mistake only when the answer follows it on every input.
+    """
     cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 10), (3, 128, 7)]
+    cases += [(7, 96, 7), (250, 24, 1000), (1500, 1024, 300), (2, 40, 2)]
+    values = []
     for n, d, w in cases:
-        measured = _measured("the learning rate", fn(n, d, w))
+        case = f"step {n} with d_model={d}, warmup={w}"
+        got, hint = attempt(fn, n, d, w, case=case)
+        if hint:
+            return hint
+        measured = _measured("the learning rate", got)
         if isinstance(measured, str):
             return measured
-        value = measured[0]
-        want = noam_rate(n, d, w)
-        if math.isclose(value, want, rel_tol=1e-6):
-            continue
-        if math.isclose(value, want * d**0.5, rel_tol=1e-6):
-            return "Almost: multiply by d_model ** -0.5, so that wider models take smaller steps."
-        if math.isclose(value, d**-0.5 * max(n**-0.5, n * w**-1.5), rel_tol=1e-6):
-            return "Use min, not max: the rate follows the smaller of the rising and the falling branch."
-        return f"Not quite: at step {n} with d_model={d}, warmup={w} expected {want:.4g}, got {value:.4g}."
-    return CORRECT
+        values.append(measured[0])
+    wrong = [(c, v) for c, v in zip(cases, values) if not _close(v, noam_rate(*c))]
+    if not wrong:
+        return CORRECT
+    (n, d, w), value = wrong[0]
+    want = noam_rate(n, d, w)
+    detail = f"(At step {n} with d_model={d}, warmup={w} expected {want:.6g}, got {value:.6g}.)"
+    for mistake, named in _NOAM_MISTAKES:
+        if all(_close(v, mistake(*c)) for c, v in zip(cases, values)):
+            return f"{named} {detail}"
+    return f"Not quite: {detail[1:-1]}"
 
 
 def check_smoothing_floor(fn) -> str:
-    """fn(vocab_size, smoothing) must equal the entropy of the smoothed target (nats)."""
-    for V, eps in [(10, 0.1), (42, 0.1), (1000, 0.2), (5, 0.5)]:
-        measured = _measured("the floor", fn(V, eps))
+    """fn(vocab_size, smoothing) must equal the entropy of the smoothed target (nats).
+
+    The chapter's convention (PyTorch's and tl's): smoothing is spread over all V classes, so the
+    target gets 1 - smoothing + smoothing / V and each other class smoothing / V.
+    """
+    for V, eps in [(10, 0.1), (42, 0.1), (1000, 0.2), (5, 0.5), (3, 0.9), (77, 0.35)]:
+        case = f"V={V}, smoothing={eps}"
+        got, hint = attempt(fn, V, eps, case=case)
+        if hint:
+            return hint
+        measured = _measured("the floor", got)
         if isinstance(measured, str):
             return measured
         value = measured[0]
         want = smoothing_floor(V, eps)
-        if math.isclose(value, want, rel_tol=1e-6):
+        if _close(value, want):
             continue
-        other = eps / (V - 1)  # the other convention: smoothing spread over the wrong classes only
-        if math.isclose(value, -(1 - eps) * math.log(1 - eps) - (V - 1) * other * math.log(other), rel_tol=1e-6):
-            return (
-                "That spreads smoothing over the V - 1 wrong classes. PyTorch (and tl) spread it over all V "
-                "classes, the target included: the target gets 1 - smoothing + smoothing / V."
-            )
-        if math.isclose(value, math.log(V), rel_tol=1e-6) or value == 0:
-            return "Not the floor: it is the entropy of the smoothed target distribution, -sum q log q."
-        return f"Not quite: for V={V}, smoothing={eps} expected {want:.4f}, got {value:.4f}."
+        q, p = eps / V, 1 - eps + eps / V
+        r = eps / (V - 1)  # the other convention: smoothing spread over the V - 1 wrong classes only
+        mistakes = [
+            (
+                -(1 - eps) * math.log(1 - eps) - (V - 1) * r * math.log(r),
+                "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
+                "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
+            ),
+            (
+                -(1 - eps) * math.log(1 - eps) - eps * math.log(r),
+                "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
+                "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
+            ),
+            (want / math.log(2), "That is in bits (log base 2): the loss is in nats, use the natural log."),
+            (want / math.log(10), "That uses log base 10: the loss is in nats, use the natural log."),
+            (-want, "The sign is flipped: the entropy is -sum q log q, a positive number."),
+            (
+                math.log(V),
+                "log V is the loss of a uniform prediction, not the floor: it is the entropy of the smoothed target.",
+            ),
+            (
+                -(V - 1) * q * math.log(q),
+                "The target's own term is missing: add -p log p with p = 1 - smoothing + smoothing / V.",
+            ),
+            (
+                -p * math.log(p) - q * math.log(q),
+                "There are V - 1 other classes, each with smoothing / V: multiply their term by V - 1.",
+            ),
+            (
+                -(1 - eps) * math.log(1 - eps) - (V - 1) * q * math.log(q),
+                "The target gets 1 - smoothing + smoothing / V (its share of the uniform part too), not 1 - smoothing.",
+            ),
+            (smoothing_floor(V, 0.1), "Your answer uses smoothing=0.1 whatever smoothing it is given."),
+            (0.0, "The floor is not 0 with label smoothing: it is the entropy of the smoothed target, -sum q log q."),
+        ]
+        for wrong, named in mistakes:
+            if not _close(wrong, want) and _close(value, wrong):
+                return named
+        return f"Not quite: for {case} expected {want:.4f}, got {value:.4f}."
     return CORRECT
 
 
-def check_floor_experiment(fn) -> str:
-    """fn(vocab_size, smoothing) runs an optimisation and returns the lowest smoothed loss it reached.
+def _curve(got) -> list[float] | None:
+    """The learner's losses as a list of floats, or None when got is not a sequence of numbers."""
+    if isinstance(got, torch.Tensor):
+        got = got.detach().flatten().tolist() if got.ndim else None
+    if not isinstance(got, (list, tuple)):
+        return None
+    try:
+        return [float(v) for v in got]
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
-    The outcome must sit on the floor: not below it (impossible) and not far above it (unfinished).
+
+def check_floor_experiment(fn) -> str:
+    """Experiment: fn(vocab_size, smoothing, steps) optimises free logits and returns the loss at every step.
+
+    The checker runs the learner's experiment itself for settings the learner has not seen: the
+    curve must have `steps` losses, start at log(V) (zero logits predict the uniform distribution),
+    never go below the floor, and for long runs reach it. A short run must stay above it, so the
+    closed form or a constant cannot pass.
     """
-    for V, eps in [(8, 0.2), (30, 0.1)]:
-        measured = _measured("the lowest loss", fn(V, eps))
-        if isinstance(measured, str):
-            return measured
-        value = measured[0]
+    settings = [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]
+    for V, eps, steps in settings:
+        case = f"vocab_size={V}, smoothing={eps}, steps={steps}"
+        with torch.random.fork_rng():
+            torch.manual_seed(V)
+            got, hint = attempt(fn, V, eps, steps, case=case)
+        if hint:
+            return hint
+        curve = _curve(got)
         floor = smoothing_floor(V, eps)
-        if value < floor - 1e-3:
+        if curve is None:
+            measured = _measured("the losses", got)
+            if isinstance(measured, str):
+                return "Return the list of losses, one per step, not a single number."
+            if _close(measured[0], floor):
+                return (
+                    "That is the closed form, not a measurement: run the optimisation and return the loss at "
+                    "every step."
+                )
+            return "Return the list of losses, one per step, not a single number."
+        if len(curve) != steps:
+            return f"For {case} expected {steps} losses, one per step, got {len(curve)}: use the steps argument."
+        if not all(math.isfinite(v) for v in curve):
+            return f"For {case} the losses are not all finite: check the learning rate."
+        if abs(curve[0] - math.log(V)) > 1e-3:
+            if all(abs(v - floor) < 1e-6 for v in curve):
+                return (
+                    "Those are the floor repeated, not a measurement: record the loss the optimiser reaches each step."
+                )
             return (
-                f"For V={V}, smoothing={eps} you report {value:.4f}, below the floor {floor:.4f}, which no "
-                "prediction can reach. Is the loss label-smoothed (smoothing=...)?"
+                f"For {case} the first loss is {curve[0]:.4f}, but zero logits (a uniform prediction) give "
+                f"log(V) = {math.log(V):.4f}: start from torch.zeros(vocab_size) and record the loss before each step."
             )
-        if value > floor + 0.01:
+        lowest = min(curve)
+        if lowest < floor - 1e-3:
             return (
-                f"For V={V}, smoothing={eps} the lowest loss was {value:.4f}, still above the floor "
-                f"{floor:.4f}: run more steps or raise the learning rate, and return the minimum."
+                f"For {case} you report {lowest:.4f}, below the floor {floor:.4f}, which no prediction can "
+                "reach. Is the loss label-smoothed (smoothing=...)?"
+            )
+        if len(set(curve)) == 1:
+            return f"For {case} the loss never changes: take an optimiser step after each loss."
+        if steps < 10:
+            if abs(curve[-1] - floor) < 1e-6:
+                return (
+                    f"For {case} your curve ends exactly on the floor after {steps} steps, which no optimiser "
+                    "reaches that fast: return the losses you measured, not the formula."
+                )
+            continue
+        if lowest > floor + 0.01:
+            return (
+                f"For {case} the lowest loss was {lowest:.4f}, still above the floor {floor:.4f}: raise the "
+                "learning rate (Adam with lr=0.1 is enough)."
             )
     return CORRECT

@@ -1,0 +1,201 @@
+"""Mutation suite for the checkers of chapter 07 (training): classic mistakes are named, other routes pass."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "07_training.ipynb"
+
+
+def _notebook_solution(name: str):
+    """The function `name` as the notebook's solution cell defines it (only its def, nothing it runs)."""
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in source:
+            lines, keep = [], False
+            for line in source.splitlines():
+                keep = line.startswith(("def ", " ", "\t")) or (keep and not line)
+                if keep:
+                    lines.append(line)
+            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
+            exec("\n".join(lines), namespace)
+            return namespace[name]
+    raise LookupError(name)
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+def _raises(*args):
+    raise ZeroDivisionError("float division by zero")
+
+
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("solution_noam", ex.check_noam),
+        ("solution_smoothing_floor", ex.check_smoothing_floor),
+        ("solution_floor_experiment", ex.check_floor_experiment),
+    ],
+)
+def test_the_notebook_solution_passes(name, check):
+    assert check(_notebook_solution(name)) == ex.CORRECT
+
+
+# ---- Noam ---------------------------------------------------------------------------------------
+
+
+def _noam(n, d, w):
+    return d**-0.5 * min(n**-0.5, n * w**-1.5)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda n, d, w: min(n**-0.5, n * w**-1.5), "multiply by d_model ** -0.5"),
+        (lambda n, d, w: d**0.5 * min(n**-0.5, n * w**-1.5), "not d_model ** 0.5"),
+        (lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5), "min, not max"),
+        (lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5), "not warmup ** -0.5"),
+        (lambda n, d, w: d**-0.5 * min(n**-0.5, n / w), "not step / warmup"),
+        (lambda n, d, w: d**-0.5 * n * w**-1.5, "Only the warm-up branch"),
+        (lambda n, d, w: d**-0.5 * n**-0.5, "Only the decay branch"),
+        (lambda n, d, w: _noam(n, 512, w), "d_model=512 whatever"),
+        (lambda n, d, w: _noam(n, d, 4000), "warmup=4000 whatever"),
+        (lambda n, d, w: _noam(n + 1, d, w), "do not add 1"),
+        (lambda n, d, w: _noam(n - 1, d, w) if n > 1 else _noam(n, d, w), "do not subtract 1"),
+        (lambda n, d, w: _noam(n, d, w) * 1.01, "Not quite: at step 1"),
+        (lambda n, d, w: "fast", "as a number"),
+        (lambda n, d, w: 1 / (n - 1), "raised ZeroDivisionError on step 1"),
+    ],
+)
+def test_noam_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_noam(wrong), phrase)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _noam,
+        lambda n, d, w: tl.noam_rate(n, d, w),
+        lambda n, d, w: (n * w**-1.5 if n < w else n**-0.5) / math.sqrt(d),
+        lambda n, d, w: torch.tensor(d, dtype=torch.float64).rsqrt() * min(n**-0.5, n / w**1.5),
+    ],
+)
+def test_noam_other_routes_pass(right):
+    assert ex.check_noam(right) == ex.CORRECT
+
+
+# ---- the smoothing floor ------------------------------------------------------------------------
+
+
+def _floor(V, e, base=math.e):
+    q, p = e / V, 1 - e + e / V
+    return (-p * math.log(p) - (V - 1) * q * math.log(q)) / math.log(base)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda V, e: -(1 - e) * math.log(1 - e) - e * math.log(e / (V - 1)), "all V classes"),
+        (lambda V, e: _floor(V, e, base=2), "bits"),
+        (lambda V, e: _floor(V, e, base=10), "base 10"),
+        (lambda V, e: -_floor(V, e), "sign is flipped"),
+        (lambda V, e: math.log(V), "uniform prediction"),
+        (lambda V, e: -(V - 1) * (e / V) * math.log(e / V), "target's own term"),
+        (lambda V, e: -(1 - e + e / V) * math.log(1 - e + e / V) - e / V * math.log(e / V), "V - 1 other classes"),
+        (lambda V, e: -(1 - e) * math.log(1 - e) - (V - 1) * e / V * math.log(e / V), "not 1 - smoothing"),
+        (lambda V, e: _floor(V, 0.1), "smoothing=0.1 whatever"),
+        (lambda V, e: 0.0, "not 0"),
+        (lambda V, e: _floor(V, e) + 0.01, "Not quite: for V=10"),
+        (lambda V, e: math.log(e / V), "Not quite"),
+        (lambda V, e: None if V > 5 else 1.0, "Not answered"),
+        (_raises, "raised ZeroDivisionError on V=10"),
+    ],
+)
+def test_smoothing_floor_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_smoothing_floor(wrong), phrase)
+
+
+def _floor_by_tensor(V, e):
+    q = torch.full((V,), e / V, dtype=torch.float64)
+    q[0] += 1 - e
+    return -(q * q.log()).sum()
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        tl.smoothing_floor,
+        _floor_by_tensor,
+        lambda V, e: (
+            torch.distributions.Categorical(probs=tl.smoothed_targets(torch.tensor(0), V, e).double()).entropy().item()
+        ),
+    ],
+)
+def test_smoothing_floor_other_routes_pass(right):
+    assert ex.check_smoothing_floor(right) == ex.CORRECT
+
+
+# ---- the floor by experiment --------------------------------------------------------------------
+
+
+def _experiment(V, e, steps, lr=0.1, smoothing=True, optimiser="adam", record_after=False):
+    logits = torch.zeros(V, requires_grad=True)
+    opt = torch.optim.Adam([logits], lr=lr) if optimiser == "adam" else torch.optim.SGD([logits], lr=lr, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        loss = tl.label_smoothed_cross_entropy(logits, torch.tensor(0), smoothing=e if smoothing else 0.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if record_after:
+            with torch.no_grad():
+                loss = tl.label_smoothed_cross_entropy(logits, torch.tensor(0), smoothing=e)
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda V, e, n: tl.smoothing_floor(V, e), "closed form"),
+        (lambda V, e, n: [tl.smoothing_floor(V, e)] * n, "floor repeated"),
+        (lambda V, e, n: 0.7, "not a single number"),
+        (lambda V, e, n: [math.log(V)] * n, "never changes"),
+        (
+            lambda V, e, n: torch.linspace(math.log(V), tl.smoothing_floor(V, e), n).tolist(),
+            "ends exactly on the floor",
+        ),
+        (lambda V, e, n: _experiment(V, e, n, smoothing=False), "below the floor"),
+        (lambda V, e, n: _experiment(V, e, n, lr=1e-3), "still above the floor"),
+        (lambda V, e, n: _experiment(V, e, 300), "use the steps argument"),
+        (lambda V, e, n: _experiment(V, e, n, record_after=True), "first loss"),
+        (lambda V, e, n: [float("nan")] * n, "not all finite"),
+        (lambda V, e, n: "low", "not a single number"),
+        (_raises, "raised ZeroDivisionError on vocab_size=8"),
+    ],
+)
+def test_floor_experiment_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_floor_experiment(wrong), phrase)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda V, e, n: torch.tensor(_experiment(V, e, n)),
+        lambda V, e, n: _experiment(V, e, n, lr=0.5, optimiser="sgd"),
+    ],
+)
+def test_floor_experiment_other_routes_pass(right):
+    assert ex.check_floor_experiment(right) == ex.CORRECT
