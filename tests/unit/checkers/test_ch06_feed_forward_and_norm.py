@@ -60,7 +60,7 @@ def _ln(x, w, b, e, unbiased=False, outside=False, axis=-1, centre=True):
         (lambda x, w, b, e: _ln(x, w, 0.0, e), "shift (bias) is missing"),
         (lambda x, w, b, e: _ln(x, 1.0, b, e), "gain (weight) is missing"),
         (lambda x, w, b, e: _ln(x, w, b, e, centre=False), "subtract the mean"),
-        (lambda x, w, b, e: _ln(x, w.T, b, e, axis=0), "first axis"),
+        (lambda x, w, b, e: _ln(x, w, b, e, axis=0), "first axis"),
         (lambda x, w, b, e: (x - x.mean(-1, keepdim=True)) / (x.var(-1, False, keepdim=True) + e) * w + b, "variance"),
         (lambda x, w, b, e: F.layer_norm(x, x.shape[-1:], w, b, e), "by hand"),
         (lambda x, w, b, e: torch.layer_norm(x, x.shape[-1:], w, b, e), "by hand"),
