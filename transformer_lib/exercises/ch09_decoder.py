@@ -6,85 +6,321 @@ import math
 
 import torch
 
-from ._common import _TODO, CORRECT, _measured, _shape
+from ..masks import causal_mask
+from ._common import CORRECT, _measured, _shape, attempt
 
 __all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
 
 
+def _rows(seed: int, R: int, V: int, repeat: int) -> torch.Tensor:
+    """R random logit rows of width V, each repeated `repeat` times: (R * repeat, V)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(R, V, generator=g) * 1.5).repeat_interleave(repeat, 0)
+
+
+def _frequencies(picks: torch.Tensor, R: int, V: int, repeat: int) -> torch.Tensor:
+    """(R, V): how often each token was picked in each group of identical rows."""
+    return (
+        torch.stack([torch.bincount(picks[r * repeat : (r + 1) * repeat], minlength=V)[:V] for r in range(R)]).double()
+        / repeat
+    )
+
+
+def _top_k_probs(logits: torch.Tensor, temperature: float, k: int | None) -> torch.Tensor:
+    scaled = logits.double() / temperature
+    if k is not None:
+        scaled = scaled.masked_fill(scaled < scaled.topk(k, -1).values[:, -1:], float("-inf"))
+    return scaled.softmax(-1)
+
+
 def check_sample(fn) -> str:
-    """fn(logits (B, V), temperature, top_k, rng) must return (B, 1) ids: greedy, tempered, top-k."""
-    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, -2.0]]).repeat(2000, 1)
-    g = torch.Generator().manual_seed(0)
-    greedy = fn(logits[:50], 0.0, None, g)
-    if greedy is None:
-        return _TODO
-    if not isinstance(greedy, torch.Tensor) or tuple(greedy.shape) != (50, 1):
-        return f"Expected shape (B, 1) = (50, 1), got {_shape(greedy)}."
-    if not torch.equal(greedy.flatten(), torch.ones(50, dtype=torch.long)):
-        return "With temperature 0, return the argmax (token 1 here)."
-    picks = fn(logits, 1.0, 2, g).flatten()
-    if not set(picks.tolist()) <= {1, 3}:
-        return f"top_k=2 must only ever pick tokens 1 and 3, got {sorted(set(picks.tolist()))}."
-    share, want = (picks == 3).float().mean().item(), math.exp(4) / (math.exp(4) + math.exp(5))
-    if abs(share - want) > 0.04:
-        return f"Token 3 should be picked {want:.0%} of the time with top_k=2, got {share:.0%}."
-    hot = torch.bincount(fn(logits, 100.0, None, g).flatten(), minlength=5).float() / logits.shape[0]
-    if hot.min() < 0.1:  # at temperature 100 the five tokens are close to equally likely
-        return "At a very high temperature every token should appear: divide the logits by the temperature."
+    """fn(logits (B, V), temperature, top_k, rng) must return (B, 1) ids: greedy, tempered, top-k.
+
+    The checker tries random logits of several widths: argmax at temperature 0; then thousands of
+    draws whose frequencies must match softmax(logits / T) restricted to the top_k (and none outside
+    it); and the same rng seed must give the same draws.
+    """
+    g = torch.Generator().manual_seed(9)
+    for B, V in ((7, 9), (3, 5)):
+        logits = torch.randn(B, V, generator=g) * 2
+        case = f"logits of shape ({B}, {V}) at temperature 0"
+        got, hint = attempt(fn, logits.clone(), 0.0, None, torch.Generator().manual_seed(1), case=case)
+        if hint:
+            return hint
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (B, 1):
+            if isinstance(got, torch.Tensor) and tuple(got.shape) == (B,):
+                return f"On {case} expected shape (B, 1) = ({B}, 1), got ({B},): keep the last axis (keepdim=True)."
+            return f"On {case} expected shape (B, 1) = ({B}, 1), got {_shape(got)}."
+        if torch.equal(got.flatten(), logits.argmin(-1)):
+            return "With temperature 0 take the argmax, the likeliest token, not the argmin."
+        if not torch.equal(got.flatten(), logits.argmax(-1)):
+            return f"On {case}: with temperature 0, return the argmax of each row (no sampling)."
+    settings = ((2, 2, 6, 1.0, 2), (1, 3, 8, 0.7, 3), (3, 2, 11, 1.8, None), (4, 2, 7, 0.5, None), (5, 2, 10, 1.3, 5))
+    repeat = 3000
+    for seed, R, V, t, k in settings:
+        logits = _rows(seed, R, V, repeat)
+        case = f"{R * repeat} rows of {V} logits at temperature {t} with top_k={k}"
+        got, hint = attempt(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
+        if hint:
+            return hint
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (R * repeat, 1):
+            return f"On {case} expected shape ({R * repeat}, 1), got {_shape(got)}."
+        picks = got.flatten().long()
+        if picks.min() < 0 or picks.max() >= V:
+            return f"On {case} you returned ids outside 0..{V - 1}: return token ids, not probabilities."
+        freq = _frequencies(picks, R, V, repeat)
+        want = _top_k_probs(logits[::repeat], t, k)
+        if (freq - want).abs().max() <= 0.04 and not (k is not None and (freq[want == 0] > 0).any()):
+            again, _ = attempt(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
+            if isinstance(again, torch.Tensor) and not torch.equal(again, got):
+                return "The same rng seed gave different draws: pass `rng` to torch.multinomial (generator=rng)."
+            continue
+        rows = logits[::repeat]
+        if k is not None and (freq[want == 0] > 0).any():
+            kept = int((freq > 0).sum(-1).max())
+            if kept > k and (freq - _top_k_probs(rows, t, None)).abs().max() <= 0.04:
+                return f"top_k={k} is ignored on {case}: only the {k} likeliest tokens may ever be picked."
+            return f"On {case} you picked tokens outside the top {k}: keep only the top_k best logits."
+        if k is not None and int((freq > 0).sum(-1).max()) == k - 1:
+            if k == 2:  # one token picked: top_k - 1, or the argmax whatever the settings? Try without top_k
+                probe = _rows(4, 2, 7, 500)
+                again, _ = attempt(fn, probe.clone(), 1.0, None, torch.Generator().manual_seed(4), case=case)
+                if isinstance(again, torch.Tensor) and torch.equal(again.flatten(), probe.argmax(-1)):
+                    return f"On {case} you always picked the argmax: sample from the softmax when temperature > 0."
+            return f"Only top_k - 1 = {k - 1} tokens are ever picked on {case}: keep the k-th best too (< kth, not <=)."
+        if (
+            (freq - want).abs().max() > 0.04
+            and (freq.argmax(-1) == rows.argmax(-1)).all()
+            and (freq.max(-1).values > 0.99).all()
+        ):
+            return f"On {case} you always picked the argmax: sample from the softmax when temperature > 0."
+        candidates = [
+            (_top_k_probs(rows, 1.0, k), "The temperature is ignored: divide the logits by it before the softmax."),
+            (_top_k_probs(rows, 1 / t, k), "Divide the logits by the temperature; you multiplied them."),
+            (_top_k_probs(rows, t, None), f"top_k={k} is ignored: keep only the top_k best logits."),
+            (
+                torch.full_like(want, 1 / V),
+                "Every token is equally likely in your draws: sample from softmax(logits / temperature).",
+            ),
+        ]
+        for probs, named in candidates:
+            if not torch.allclose(probs, want, atol=0.06) and (freq - probs).abs().max() <= 0.04:
+                return f"On {case}: {named}"
+        return (
+            f"On {case} the draws do not follow softmax(logits / temperature) over the top_k: the largest gap "
+            f"between a token's share and its probability is {(freq - want).abs().max().item():.2f}."
+        )
     return CORRECT
 
 
 def check_windows(fn) -> str:
-    """fn(ids (N,), starts (B,), block_size) must return x, y (B, block_size) with y = x shifted by one."""
-    ids, starts = torch.arange(100, 200), torch.tensor([1, 10, 90])
-    result = fn(ids, starts, 8)
-    if result is None:
-        return _TODO
-    x, y = result
-    if tuple(x.shape) != (3, 8) or tuple(y.shape) != (3, 8):
-        return f"Expected x and y of shape (3, 8), got {_shape(x)} and {_shape(y)}."
-    if torch.equal(x, y):
-        return "y must be x shifted by one: the target at each position is the next token."
-    if torch.equal(y, x - 1):
-        return "Shifted the wrong way: y[b, t] is the token after x[b, t]."
-    ok = torch.equal(x[1], ids[10:18]) and torch.equal(x[0], ids[1:9]) and torch.equal(y, x + 1)
-    return CORRECT if ok else "Not quite: x[b] = ids[starts[b] : starts[b] + block_size]."
+    """fn(ids (N,), starts (B,), block_size) must return x, y (B, block_size) with y = x shifted by one.
 
+    The ids are random (not arange), windows overlap, and a window may end at the last id.
+    """
+    g = torch.Generator().manual_seed(5)
+    for N, starts, n in ((100, [1, 10, 90, 12], 8), (40, [0, 3, 5, 34], 5), (300, [250, 7], 49), (20, [18, 0, 2], 1)):
+        ids = torch.randint(0, 50, (N,), generator=g)
+        starts_t = torch.tensor(starts)
+        case = f"{N} random ids, starts={starts}, block_size={n}"
+        offsets = torch.arange(n)
+        want_x, want_y = ids[starts_t[:, None] + offsets], ids[starts_t[:, None] + offsets + 1]
+        got, hint = attempt(fn, ids.clone(), starts_t.clone(), n, case=case)
+        if hint:
+            return hint
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return f"Return a pair x, y; on {case} your answer returned {_shape(got)}."
+        x, y = got
+        shape = (len(starts), n)
+        if (
+            not isinstance(x, torch.Tensor)
+            or not isinstance(y, torch.Tensor)
+            or tuple(x.shape) != shape
+            or tuple(y.shape) != shape
+        ):
+            return f"On {case} expected x and y of shape {shape}, got {_shape(x)} and {_shape(y)}."
+        if torch.equal(x, want_x) and torch.equal(y, want_y):
+            continue
 
-def check_kv_cache_bytes(fn) -> str:
-    """fn(num_layers, d_model, context, batch, bytes_per_value) must return the KV cache's size in bytes."""
-    if fn(1, 4, 2, 1, 2) is None:
-        return _TODO
-    for case in ((2, 64, 128, 8, 4), (24, 1024, 2048, 1, 2), (12, 768, 1024, 2, 2)):
-        got, (L, d, T, B, nbytes) = fn(*case), case
-        want = 2 * L * d * T * B * nbytes
-        if got == want // 2:
-            return "Half of it: the cache holds keys AND values for every layer."
-        if got == want // nbytes:
-            return "That counts numbers, not bytes: multiply by bytes_per_value."
-        if got != want:
-            return f"For {case} expected {want:,} bytes, got {got:,}."
+        def window(shift: int, ids=ids, starts=starts_t, n=n) -> torch.Tensor:
+            index = (starts[:, None] + torch.arange(n) + shift).clamp(0, len(ids) - 1)
+            return ids[index]
+
+        if torch.equal(x, want_y) and torch.equal(y, want_x):
+            return "x and y are swapped: x is the window, y the same window shifted one token later."
+        if torch.equal(x, want_x):
+            if torch.equal(y, want_x):
+                return "y must be x shifted by one: the target at each position is the next token."
+            if torch.equal(y, window(-1)):
+                return "Shifted the wrong way: y[b, t] is the token after x[b, t], ids[starts[b] + t + 1]."
+            if torch.equal(y, window(2)):
+                return "Shifted by two: y[b, t] is the very next token, ids[starts[b] + t + 1]."
+            if torch.equal(y, window(n)):
+                return "y is the next window: it must overlap x, one token later, ids[starts[b] + t + 1]."
+            if torch.equal(y, x + 1):
+                return "y = x + 1 adds one to the ids: take the *next token* from ids, ids[starts[b] + t + 1]."
+            return f"x is right but y is not on {case}: y[b] = ids[starts[b] + 1 : starts[b] + 1 + block_size]."
+        if torch.equal(x, window(1)) and torch.equal(y, window(2)):
+            return "Off by one: x[b] starts at ids[starts[b]], not one later."
+        if torch.equal(x, window(-1)) and torch.equal(y, want_x):
+            return "Off by one: x[b] starts at ids[starts[b]], y one token later; yours start one earlier."
+        if torch.equal(x, ids[starts_t[:1, None] + offsets].expand(shape)):
+            return "Every row uses starts[0]: row b starts at starts[b]."
+        return f"Not quite on {case}: x[b] = ids[starts[b] : starts[b] + block_size], y[b] one token later."
     return CORRECT
 
 
-def check_future_leak(fn) -> str:
-    """Experiment: fn(causal) measures how much the logits at earlier positions move when a later token changes.
+def check_kv_cache_bytes(fn) -> str:
+    """fn(num_layers, d_model, context, batch, bytes_per_value) must return the KV cache's size in bytes.
 
-    With the causal mask an earlier position cannot see the change; without it, it can, which is
-    exactly the leak that would let a language model copy the next token during training.
+    With every head its own keys and values (no grouped-query sharing), each layer stores a key and a
+    value vector of d_model numbers per token of each sequence.
     """
-    measured = _measured("the largest change", fn(True), fn(False))
-    if isinstance(measured, str):
-        return measured
-    a, b = measured
-    if a > 1e-5:
-        return (
-            f"With the causal mask the earlier positions should not move, got {a:.2e}. Compare only positions "
-            "before the token you change, in eval mode."
-        )
-    if b < 1e-3:
-        return (
-            f"Without the mask the earlier positions should move, got {b:.2e}. Run the decoder with "
-            "tgt_mask=None in that case, and change a token after the positions you compare."
-        )
+    cases = ((2, 64, 128, 8, 4), (24, 1024, 2048, 1, 2), (12, 768, 1024, 2, 2), (3, 40, 7, 5, 1), (6, 96, 33, 3, 8))
+    values = []
+    for L, d, T, B, nb in cases:
+        case = f"num_layers={L}, d_model={d}, context={T}, batch={B}, bytes_per_value={nb}"
+        got, hint = attempt(fn, L, d, T, B, nb, case=case)
+        if hint:
+            return hint
+        measured = _measured("the number of bytes", got)
+        if isinstance(measured, str):
+            return measured
+        values.append(measured[0])
+
+    def right(L, d, T, B, nb):
+        return 2 * L * d * T * B * nb
+
+    wrong = [(c, v) for c, v in zip(cases, values) if not math.isclose(v, right(*c), rel_tol=1e-9)]
+    if not wrong:
+        return CORRECT
+    mistakes = [
+        (
+            lambda L, d, T, B, nb: L * d * T * B * nb,
+            "Half of it: the cache holds keys AND values for every layer (a factor 2).",
+        ),
+        (lambda L, d, T, B, nb: 2 * L * d * T * B, "That counts numbers, not bytes: multiply by bytes_per_value."),
+        (
+            lambda L, d, T, B, nb: 2 * d * T * B * nb,
+            "That is one layer: every layer keeps its own keys and values, times num_layers.",
+        ),
+        (
+            lambda L, d, T, B, nb: 2 * L * d * T * nb,
+            "That is one sequence: the cache holds every sequence of the batch, times batch.",
+        ),
+        (
+            lambda L, d, T, B, nb: 2 * L * d * B * nb,
+            "That is one token: the cache grows with the context, times context.",
+        ),
+        (
+            lambda L, d, T, B, nb: 16 * L * d * T * B * nb,
+            "That is in bits: bytes_per_value already counts bytes, do not multiply by 8.",
+        ),
+        (
+            lambda L, d, T, B, nb: 2 * L * d * d * T * B * nb,
+            "Keys and values are d_model numbers per token, not d_model**2 (the weights are not cached).",
+        ),
+        (
+            lambda L, d, T, B, nb: 4 * L * d * T * B * nb,
+            "Twice too much: one key and one value per token and layer, a factor 2, not 4.",
+        ),
+    ]
+    for mistake, named in mistakes:
+        if all(math.isclose(v, mistake(*c), rel_tol=1e-9) for c, v in zip(cases, values)):
+            return named
+    (L, d, T, B, nb), value = wrong[0]
+    return (
+        f"For num_layers={L}, d_model={d}, context={T}, batch={B}, bytes_per_value={nb} expected "
+        f"{right(L, d, T, B, nb):,} bytes, got {value:,}."
+    )
+
+
+def _lm(seed: int, vocab: int, d_model: int, heads: int, layers: int):
+    from ..models import DecoderOnlyLM
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DecoderOnlyLM(
+            vocab_size=vocab, d_model=d_model, num_heads=heads, num_layers=layers, d_ff=2 * d_model, dropout=0.0
+        ).eval()
+
+
+def _logits(lm, tokens: torch.Tensor, causal: bool) -> torch.Tensor:
+    mask = causal_mask(tokens.shape[1]) if causal else None
+    with torch.no_grad():
+        return lm.head(lm.decoder(lm.pos(lm.embed(tokens)), tgt_mask=mask))
+
+
+def check_future_leak(fn) -> str:
+    """Experiment: fn(model, tokens, position, new_token, causal) measures the leak from a later token.
+
+    The learner's code puts new_token at `position` of tokens (1, T), runs the model's parts with
+    tgt_mask=causal_mask(T) or None, and returns the largest change of the logits at the positions
+    before `position`. The checker runs it on models, tokens and positions of its own and compares
+    with its own measurement: with the mask nothing moves, without it the earlier positions do.
+    """
+    settings = ((0, 10, 16, 2, 1, 8, 5), (1, 13, 24, 3, 2, 11, 3), (2, 7, 12, 4, 1, 9, 8), (3, 20, 16, 2, 2, 6, 1))
+    for seed, vocab, d, h, n_layers, T, position in settings:
+        lm = _lm(seed, vocab, d, h, n_layers)
+        g = torch.Generator().manual_seed(100 + seed)
+        tokens = torch.randint(1, vocab, (1, T), generator=g)
+        new = int(tokens[0, position]) % (vocab - 1) + 1
+        changed = tokens.clone()
+        changed[0, position] = new
+        before = {c: _logits(lm, tokens, c) for c in (True, False)}
+        after = {c: _logits(lm, changed, c) for c in (True, False)}
+        for causal in (True, False):
+            case = (
+                f"a model with vocab {vocab}, d_model {d}, {h} heads, {n_layers} layer(s), {T} tokens, "
+                f"token {position} changed, causal={causal}"
+            )
+            got, hint = attempt(fn, lm, tokens.clone(), position, new, causal, case=case)
+            if hint:
+                return hint
+            measured = _measured("the largest change", got)
+            if isinstance(measured, str):
+                return measured
+            value = measured[0]
+            diff = (after[causal] - before[causal]).abs()
+            want = diff[:, :position].max().item()
+            if math.isclose(value, want, rel_tol=1e-3, abs_tol=1e-5):
+                continue
+            other = (after[not causal] - before[not causal]).abs()[:, :position].max().item()
+            mistakes = [
+                (
+                    max(diff[:, position:].max().item(), diff[:, : position + 1].max().item()),
+                    "You compared the changed position (or the ones after it) too: compare only the positions "
+                    "before the token you change, 0 .. position - 1.",
+                ),
+                (
+                    0.0,
+                    "Nothing moved: with causal=False run the decoder with tgt_mask=None, and put new_token at "
+                    "`position` before the second run.",
+                ),
+                (
+                    other,
+                    "The causal flag is the wrong way round or ignored: with causal=True pass "
+                    "tgt_mask=causal_mask(T), with causal=False run the decoder with tgt_mask=None.",
+                ),
+                (diff[:, :position].mean().item(), "That is the mean change: return the largest, .abs().max()."),
+                (
+                    (after[causal] - before[causal])[:, :position].max().item(),
+                    "Take the absolute value before the max.",
+                ),
+            ]
+            for wrong, named in mistakes:
+                if not math.isclose(wrong, want, rel_tol=1e-3, abs_tol=1e-5) and math.isclose(
+                    value, wrong, rel_tol=1e-3, abs_tol=1e-5
+                ):
+                    return f"On {case}: {named}"
+            if causal:
+                return (
+                    f"On {case}: with the causal mask the earlier positions should not move, got {value:.2e}. "
+                    "Compare only positions before the token you change, in eval mode."
+                )
+            return (
+                f"On {case} expected a largest change of {want:.4g}, got {value:.4g}. The checker runs your "
+                "measurement on models and tokens of its own, so it must measure, not return a number: run the "
+                "decoder with tgt_mask=None and change the token at `position` to new_token."
+            )
     return CORRECT

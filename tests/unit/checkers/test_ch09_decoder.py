@@ -1,0 +1,271 @@
+"""Mutation suite for the checkers of chapter 09 (the decoder): classic mistakes are named, other routes pass."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+
+NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "09_decoder.ipynb"
+
+
+def _notebook_solution(name: str):
+    """The function `name` as the notebook's solution cell defines it (only its def, nothing it runs)."""
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in source:
+            lines, keep = [], False
+            for line in source.splitlines():
+                keep = line.startswith(("def ", " ", "\t")) or (keep and not line)
+                if keep:
+                    lines.append(line)
+            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
+            exec("\n".join(lines), namespace)
+            return namespace[name]
+    raise LookupError(name)
+
+
+def _rejected(feedback: str, phrase: str) -> None:
+    assert feedback != ex.CORRECT
+    assert phrase.lower() in feedback.lower(), feedback
+
+
+def _raises(*args):
+    raise RuntimeError("index 300 is out of bounds for dimension 0 with size 300")
+
+
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("solution_sample", ex.check_sample),
+        ("solution_windows", ex.check_windows),
+        ("solution_kv_cache_bytes", ex.check_kv_cache_bytes),
+        ("solution_future_leak", ex.check_future_leak),
+    ],
+)
+def test_the_notebook_solution_passes(name, check):
+    assert check(_notebook_solution(name)) == ex.CORRECT
+
+
+# ---- sampling -----------------------------------------------------------------------------------
+
+
+def _sample(lg, t, k, g, divide=True, k_shift=0, use_rng=True, strict=False):
+    if t == 0:
+        return lg.argmax(-1, keepdim=True)
+    lg = lg / t if divide else lg * t
+    if k is not None:
+        kth = lg.topk(k + k_shift, -1).values[:, -1:]
+        lg = lg.masked_fill(lg <= kth if strict else lg < kth, float("-inf"))
+    return torch.multinomial(lg.softmax(-1), 1, generator=g if use_rng else None)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda lg, t, k, g: torch.multinomial(lg.softmax(-1), 1, generator=g), "argmax"),
+        (lambda lg, t, k, g: lg.argmin(-1, keepdim=True), "not the argmin"),
+        (lambda lg, t, k, g: lg.argmax(-1), "keepdim=True"),
+        (lambda lg, t, k, g: _sample(lg, t, None, g), "top_k=2"),
+        (lambda lg, t, k, g: _sample(lg, t, k, g, strict=True), "top_k - 1"),
+        (lambda lg, t, k, g: _sample(lg, t, k, g, divide=False), "multiplied"),
+        (lambda lg, t, k, g: _sample(lg, t and 1.0, k, g), "temperature is ignored"),
+        (lambda lg, t, k, g: lg.argmax(-1, keepdim=True), "always picked the argmax"),
+        (lambda lg, t, k, g: _sample(lg, t, k, g, use_rng=False), "rng"),
+        (
+            lambda lg, t, k, g: _sample(lg, t, k, g).flatten() if t > 0 else lg.argmax(-1, keepdim=True),
+            "expected shape",
+        ),
+        (_raises, "raised RuntimeError on logits of shape (7, 9)"),
+    ],
+)
+def test_sample_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_sample(wrong), phrase)
+
+
+def _sample_gumbel(lg, t, k, g):
+    if t == 0:
+        return lg.argmax(-1, keepdim=True)
+    lg = lg / t
+    if k is not None:
+        values, index = lg.topk(k, -1)
+        choice = torch.multinomial(values.softmax(-1), 1, generator=g)
+        return index.gather(1, choice)
+    return torch.multinomial(lg.softmax(-1), 1, generator=g)
+
+
+def _sample_inverse_cdf(lg, t, k, g):
+    if t == 0:
+        return lg.argmax(-1, keepdim=True)
+    probs = (lg.double() / t).softmax(-1)
+    if k is not None:
+        probs = probs * (probs >= probs.topk(k, -1).values[:, -1:])
+        probs = probs / probs.sum(-1, keepdim=True)
+    u = torch.rand(lg.shape[0], 1, generator=g, dtype=torch.float64)
+    return (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=lg.shape[1] - 1)
+
+
+@pytest.mark.parametrize("right", [_sample, _sample_gumbel, _sample_inverse_cdf])
+def test_sample_other_routes_pass(right):
+    assert ex.check_sample(right) == ex.CORRECT
+
+
+# ---- windows ------------------------------------------------------------------------------------
+
+
+def _win(ids, starts, n, x_shift=0, y_shift=1):
+    offsets = torch.arange(n)
+    return ids[starts[:, None] + offsets + x_shift], ids[starts[:, None] + offsets + y_shift]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda i, s, n: _win(i, s, n, y_shift=0), "shifted by one"),
+        (lambda i, s, n: _win(i, s, n, y_shift=-1) if (s > 0).all() else _win(i, s, n, y_shift=0), "wrong way"),
+        (lambda i, s, n: _win(i, s, n, y_shift=2), "Shifted by two"),
+        (lambda i, s, n: _win(i, s, n)[::-1], "swapped"),
+        (lambda i, s, n: (_win(i, s, n)[0], _win(i, s, n)[0] + 1), "adds one to the ids"),
+        (lambda i, s, n: _win(i, s, n, x_shift=1, y_shift=2), "Off by one"),
+        (
+            lambda i, s, n: (_win(i, s, n)[0], i[(s[:, None] + torch.arange(n) + n).clamp(max=len(i) - 1)]),
+            "next window",
+        ),
+        (lambda i, s, n: _win(i, s[:1].expand(len(s)), n), "starts[0]"),
+        (lambda i, s, n: _win(i, s, 8), "raised IndexError on 40 random ids"),
+        (lambda i, s, n: _win(i, s, min(n, 5)), "expected x and y of shape"),
+        (lambda i, s, n: torch.stack(_win(i, s, n)), "Return a pair"),
+        (_raises, "raised RuntimeError on 100 random ids"),
+    ],
+)
+def test_windows_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_windows(wrong), phrase)
+
+
+def test_an_arange_only_answer_fails_on_random_ids():
+    _rejected(ex.check_windows(lambda i, s, n: (_win(i, s, n)[0], _win(i, s, n)[0] + 1)), "adds one")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _win,
+        lambda i, s, n: tuple(torch.stack([i[b + o : b + o + n] for b in s.tolist()]) for o in (0, 1)),
+        lambda i, s, n: (lambda w: (w[:, :-1], w[:, 1:]))(i.unfold(0, n + 1, 1)[s]),
+    ],
+)
+def test_windows_other_routes_pass(right):
+    assert ex.check_windows(right) == ex.CORRECT
+
+
+# ---- KV cache size ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda L, d, T, B, nb: L * d * T * B * nb, "keys AND values"),
+        (lambda L, d, T, B, nb: 2 * L * d * T * B, "bytes_per_value"),
+        (lambda L, d, T, B, nb: 2 * d * T * B * nb, "one layer"),
+        (lambda L, d, T, B, nb: 2 * L * d * T * nb, "one sequence"),
+        (lambda L, d, T, B, nb: 2 * L * d * B * nb, "one token"),
+        (lambda L, d, T, B, nb: 16 * L * d * T * B * nb, "bits"),
+        (lambda L, d, T, B, nb: 2 * L * d * d * T * B * nb, "d_model**2"),
+        (lambda L, d, T, B, nb: 4 * L * d * T * B * nb, "not 4"),
+        (lambda L, d, T, B, nb: 2 * L * d * T * B * nb if nb == 2 else 0, "For num_layers=2, d_model=64"),
+        (lambda L, d, T, B, nb: f"{2 * L * d * T * B * nb} bytes", "as a number"),
+        (_raises, "raised RuntimeError on num_layers=2"),
+    ],
+)
+def test_kv_cache_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_kv_cache_bytes(wrong), phrase)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda L, d, T, B, nb: 2 * L * d * T * B * nb,
+        lambda L, d, T, B, nb: float(L * (d * T * B * nb + d * T * B * nb)),
+        lambda L, d, T, B, nb: (
+            torch.empty(
+                2,
+                L,
+                B,
+                T,
+                d,
+                dtype={1: torch.int8, 2: torch.float16, 4: torch.float32, 8: torch.float64}[nb],
+                device="meta",
+            ).nbytes
+        ),
+    ],
+)
+def test_kv_cache_other_routes_pass(right):
+    assert ex.check_kv_cache_bytes(right) == ex.CORRECT
+
+
+# ---- the future leak ----------------------------------------------------------------------------
+
+
+def _leak(lm, tokens, position, new, causal, part="before", mask_when=None, reduce="max", absolute=True, change=True):
+    changed = tokens.clone()
+    if change:
+        changed[0, position] = new
+    use_mask = causal if mask_when is None else mask_when(causal)
+    mask = tl.causal_mask(tokens.shape[1]) if use_mask else None
+    with torch.no_grad():
+        a, b = (lm.head(lm.decoder(lm.pos(lm.embed(t)), tgt_mask=mask)) for t in (tokens, changed))
+    diff = b - a
+    diff = diff.abs() if absolute else diff
+    chosen = {"before": diff[:, :position], "after": diff[:, position:], "all": diff, "upto": diff[:, : position + 1]}
+    return getattr(chosen[part], reduce)().item()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda *a: _leak(*a, part="after"), "before the token you change"),
+        (lambda *a: _leak(*a, part="all"), "before the token you change"),
+        (lambda *a: _leak(*a, part="upto"), "compared the changed position"),
+        (lambda *a: _leak(*a, mask_when=lambda c: True), "tgt_mask=None"),
+        (lambda *a: _leak(*a, mask_when=lambda c: not c), "wrong way round"),
+        (lambda *a: _leak(*a, reduce="mean"), "mean change"),
+        (lambda *a: _leak(*a, absolute=False), "absolute value"),
+        (lambda *a: _leak(*a, change=False), "Nothing moved"),
+        (lambda lm, t, p, n, c: 0.0 if c else 0.25, "must measure"),
+        (lambda lm, t, p, n, c: "leaks", "as a number"),
+        (_raises, "raised RuntimeError on a model with vocab 10"),
+    ],
+)
+def test_future_leak_mistakes_are_named(wrong, phrase):
+    _rejected(ex.check_future_leak(wrong), phrase)
+
+
+def test_the_old_fixed_experiment_fails_on_the_checkers_models():
+    def fixed(lm, tokens, position, new, causal):  # measures its own model and tokens, not the ones given
+        tl.set_seed(0)
+        own = tl.DecoderOnlyLM(vocab_size=10, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+        x = torch.randint(1, 10, (1, 8), generator=torch.Generator().manual_seed(2))
+        return _leak(own, x, 5, int(x[0, 5]) % 9 + 1, causal)
+
+    _rejected(ex.check_future_leak(fixed), "must measure")
+
+
+def test_future_leak_other_route_passes():
+    def through_forward(lm, tokens, position, new, causal):
+        changed = tokens.clone()
+        changed[0, position] = new
+        with torch.no_grad():
+            if causal:
+                a, b = lm(tokens), lm(changed)  # the model's own forward applies the causal mask
+            else:
+                a, b = (lm.head(lm.decoder(lm.pos(lm.embed(t)))) for t in (tokens, changed))
+        return float(torch.linalg.vector_norm(b[0, :position] - a[0, :position], ord=float("inf")))
+
+    assert ex.check_future_leak(through_forward) == ex.CORRECT
