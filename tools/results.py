@@ -151,7 +151,8 @@ def trained_results() -> list[str]:
 
 def render(reports: Path = REPORTS) -> str:
     commit = _git("rev-parse", "--short=12", "HEAD")
-    dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{OUT.relative_to(ROOT)}")
+    dirty = " (with uncommitted changes)" if changed else ""  # this file itself does not count
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         HEADER,
