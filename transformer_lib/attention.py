@@ -217,7 +217,8 @@ class MultiHeadAttention(nn.Module):
         """cos and sin for positions 0..length-1 at least, (n, d_k): computed when longer ones are needed, then kept."""
         if self._rotary is None or self._rotary[0].shape[0] < length or self._rotary[0].device != device:
             size = max(length, 2 * self._rotary[0].shape[0] if self._rotary is not None else 0)  # grow by doubling
-            self._rotary = rotary_tables(torch.arange(size, device=device), self.d_k)
+            with torch.inference_mode(False):  # kept for later calls, so ordinary tensors even while generating
+                self._rotary = rotary_tables(torch.arange(size, device=device), self.d_k)
         return self._rotary
 
     def _check_inputs(

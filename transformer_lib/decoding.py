@@ -10,7 +10,9 @@ The functions take the model as their first argument; `DecoderOnlyLM.generate`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -20,6 +22,28 @@ if TYPE_CHECKING:  # the models call these functions, so this module does not im
     from .models import DecoderOnlyLM, Transformer
 
 __all__ = ["nucleus", "generate", "greedy_decode", "beam_search"]
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _inference(fn: _F) -> _F:
+    """Run a decoding loop under torch.inference_mode and hand back ordinary tensors.
+
+    inference_mode skips the autograd bookkeeping that no_grad still does on every op, which is most
+    of a cached step's cost at batch 1. Its tensors cannot enter autograd later, so the results are
+    cloned outside it: ids a caller feeds back into a training step behave as any other tensor.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.inference_mode():
+            out = fn(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
+        return out.clone()
+
+    return wrapper  # type: ignore[return-value]
+
 
 # ---- sampling one token -------------------------------------------------------------------------
 
@@ -74,7 +98,7 @@ def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 # ---- decoder-only: generate ---------------------------------------------------------------------
 
 
-@torch.no_grad()
+@_inference
 def generate(
     model: DecoderOnlyLM,
     prompt: torch.Tensor,
@@ -114,7 +138,7 @@ def generate(
 # ---- encoder-decoder: greedy decoding -----------------------------------------------------------
 
 
-@torch.no_grad()
+@_inference
 def greedy_decode(
     model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
 ) -> torch.Tensor:
@@ -155,7 +179,7 @@ _Alive = tuple[torch.Tensor, float, int]
 _Finished = tuple[float, torch.Tensor, float]
 
 
-@torch.no_grad()
+@_inference
 def beam_search(
     model: Transformer,
     src: torch.Tensor,

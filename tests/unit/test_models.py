@@ -312,3 +312,20 @@ def test_beam_search_settings_are_checked():
         model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=4, beam_size=0)
     with pytest.raises(ValueError, match="max_new_tokens must be at least 1"):
         model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=0)
+
+
+def test_what_decoding_returns_and_leaves_behind_can_be_trained_on():
+    """The decoding loops run under inference_mode; their ids, and the rotary tables they fill, stay ordinary."""
+    lm = tl.DecoderOnlyLM(vocab_size=15, positional="rope", **SMALL)
+    out = lm.eval().generate(torch.randint(1, 15, (2, 3)), 8, temperature=0.0)  # (2, 11)
+    assert not out.is_inference()
+    lm.train()
+    tl.lm_loss(lm, (out[:, :-1], out[:, 1:])).backward()  # would raise if the cached cos/sin were inference tensors
+    assert all(p.grad is not None for p in lm.parameters() if p.requires_grad)
+    model = tl.Transformer(vocab_size=20, **SMALL).eval()
+    src = torch.randint(1, 20, (2, 5))
+    ids = model.greedy_decode(src, bos_id=1, eos_id=2, max_new_tokens=4)
+    beams, logp = model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=4, beam_size=2)
+    assert not (ids.is_inference() or beams.is_inference() or logp.is_inference())
+    model.train()
+    tl.seq2seq_loss(model, (src, ids)).backward()
