@@ -41,6 +41,17 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
 
 
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcasts to exactly `target`, by PyTorch's rules.
+
+    Written out because torch.broadcast_shapes imports sympy on its first call: half a second
+    that every notebook would pay on its first attention with a mask.
+    """
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
 def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a bool torch.Tensor (True = may attend), got {type(mask).__name__}")
@@ -49,11 +60,7 @@ def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
             f"mask must be a bool tensor with True = may attend, got dtype {mask.dtype}; "
             "for a 0/1 mask use mask.bool(), for PyTorch's True = blocked use ~mask"
         )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    if not _broadcasts_to(tuple(mask.shape), tuple(scores_shape)):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
             f"{tuple(scores_shape)} (B, num_heads, T_q, T_k); a padding mask is (B, 1, 1, T_k), "

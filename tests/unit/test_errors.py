@@ -89,3 +89,20 @@ def test_unknown_config_field():
 def test_one_dimensional_tokens_to_a_model():
     with pytest.raises(ValueError, match=r"src must be a \(B, S\) tensor of token ids, got \(5,\)"):
         tl.Transformer(vocab_size=10).encode(torch.ones(5, dtype=torch.long))
+
+
+def test_the_mask_check_follows_pytorchs_broadcasting_rules_on_every_small_shape():
+    """attention._broadcasts_to is written out (torch.broadcast_shapes imports sympy): it must agree with torch."""
+    import itertools
+
+    from transformer_lib.attention import _broadcasts_to
+
+    target = (2, 3, 4, 5)
+    sizes = (1, 2, 3, 4, 5, 6)
+    shapes = [shape for rank in range(5) for shape in itertools.product(sizes, repeat=rank)]
+    for shape in [*shapes, (1, 2, 3, 4, 5), (1, 1, 1, 1, 1), (2, 2, 3, 4, 5)]:  # and a few with too many dims
+        try:
+            expected = torch.broadcast_shapes(shape, target) == torch.Size(target)
+        except RuntimeError:
+            expected = False
+        assert _broadcasts_to(shape, target) == expected, shape
