@@ -6,15 +6,20 @@ Writes into OUT (book/_ext/site_fixes.py copies it into the site's _static/playg
 the pages' own JavaScript):
 
     vendor/         onnxruntime-web's ES module and its wasm, copied from node_modules (`npm ci`)
-    models/*.onnx   the numbers-to-words translator, the Shakespeare character model, its first
-                    attention layer with the mask as an input (the masks playground), the bracket classifier
+    models/*.onnx   the numbers-to-words translator, the Shakespeare character model as a step model
+                    that keeps a KV cache (shakespeare_char_step.onnx: the page feeds the prompt once, then
+                    one character per call, carrying the keys and values), its first attention layer with
+                    the mask as an input (the masks playground), the bracket classifier
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes and the bracket
                         head that tracks partners
     expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
-                    words and text, one step's sampling distribution, P(balanced), masked weights
+                    words and text (also the longest the model allows: 8 prompt characters and 120 new),
+                    one step's sampling distribution, P(balanced), masked weights
 
-Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out. The
-models come from the shipped checkpoints, so the files are build outputs and stay out of git.
+Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out; the
+step model call by call, from the prompt to the model's last position, against the full forward
+pass's logits. The models come from the shipped checkpoints, so the files are build outputs and
+stay out of git.
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib import recipes
-from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention
+from transformer_lib.export import (
+    empty_past,
+    export_first_attention,
+    export_onnx,
+    export_step,
+    first_attention,
+    step_model,
+    with_attention,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
@@ -41,6 +54,7 @@ TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expecte
 NUMBERS = ["4021", "57913", "0", "99999", "700", "12", "80008"]  # the page zero-pads to 5 digits, as the data does
 NUMBERS_MAX_NEW = 16  # the longest answers, such as 'seventy-seven thousand ...', are 7 word tokens and <eos>
 PROMPTS = [("Romeo.\n", 60), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
+LONGEST = "Juliet.\n"  # 8 characters, then new ones up to the model's 128 positions: the longest text it writes
 SAMPLING = {"prompt": "Romeo.\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
 BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
@@ -128,23 +142,47 @@ def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, t
     return logits.softmax(-1), scaled.softmax(-1)
 
 
+def _check_steps(path: Path, model, sequence: torch.Tensor, prompt: int) -> float:
+    """Run the step model `path` as the page does on `sequence` (1, T): the first `prompt` tokens with an empty
+    past, then one token per call. Each call's logits must be the full forward pass's for its positions, and its
+    keys and values PyTorch's step model's (TOLERANCE). Returns the largest absolute difference."""
+    session, step = ort.InferenceSession(str(path)), step_model(model)
+    with torch.no_grad():
+        full = model(sequence)  # (1, T, V)
+    keys = values = empty_past(model)  # (L, 1, h_kv, 0, d_k)
+    gap, start = 0.0, 0
+    for end in range(prompt, sequence.shape[1] + 1):
+        tokens = sequence[:, start:end]  # (1, T_new): the prompt, then one token
+        with torch.no_grad():
+            _, present_keys, present_values = step(tokens, keys, values)
+        expected = (full[:, start:end], present_keys, present_values)
+        gap = max(gap, _check(f"{path.stem} at position {start}", session, (tokens, keys, values), expected))
+        keys, values, start = present_keys, present_values, end
+    return gap
+
+
 def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     model, _ = tl.load_checkpoint("shakespeare_char")
     tok = recipes.shakespeare_data("char")[0]
+    cfg = model.config
     answers = []
-    for prompt, n in PROMPTS:
+    for prompt, n in [*PROMPTS, (LONGEST, cfg.max_len - len(LONGEST))]:
         out, margin = _greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), n)
         if margin < 1e-3:
             raise SystemExit(f"the greedy continuation of {prompt!r} passes a near tie ({margin:.1e}); pick another")
         answers.append({"prompt": prompt, "new": n, "text": tok.decode(out[0, len(prompt) :]), "margin": margin})
-    gap = _export(model, models / "shakespeare_char.onnx", (out,))
-    cfg = model.config
+    longest = answers.pop()  # the browser tests' longest text, apart from the cases they loop over
+    path = export_step(model, models / "shakespeare_char_step.onnx")
+    gap = _check_steps(path, model, out, len(LONGEST))  # out: the longest text, all of max_len
+    attn = model.decoder.layers[0].self_attn
     meta = {
         "itos": tok.itos,
         "specials": specials(tok),
         "max_len": cfg.max_len,
         "layers": cfg.num_layers,
         "heads": cfg.num_heads,
+        "kv_heads": attn.num_kv_heads,  # the past's shape, (layers, 1, kv_heads, T_past, head_width)
+        "head_width": attn.d_k,
         "gap": gap,
     }
     probs, drawn = _sampling_distribution(model, torch.tensor([tok.encode(SAMPLING["prompt"])]))
@@ -177,7 +215,8 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
         "heads": cfg.num_heads,
         "gap": masks_gap,
     }
-    return meta, {"greedy": answers, "sampling": sampling}, masks_meta, {**MASKS, "weights": weights.tolist()}
+    expected = {"greedy": answers, "longest": longest, "sampling": sampling}
+    return meta, expected, masks_meta, {**MASKS, "weights": weights.tolist()}
 
 
 def partner_head(model, tok) -> tuple[int, int, float]:
@@ -259,7 +298,7 @@ def main() -> int:
     meta["bracket_classifier"], expected["bracket_classifier"] = brackets(models)
     files = {
         "numbers_to_words": "numbers_to_words",
-        "shakespeare_char": "shakespeare_char",
+        "shakespeare_char": "shakespeare_char_step",
         "masks": "shakespeare_char_layer1",
         "bracket_classifier": "bracket_classifier",
     }

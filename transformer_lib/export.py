@@ -16,22 +16,49 @@ model's first self-attention layer, with the mask as an input the page builds.
 
     DecoderOnlyLM:     tokens (1, T), mask (T, T) bool -> attention (h, T, T)
 
+`export_step(model, path)` writes a language model that keeps a KV cache, for a page that writes
+one token at a time: the keys and values of the positions seen so far go in, and come back out
+with the new positions' appended, so each step computes only its new tokens (the language-model
+playground feeds the prompt once, then one character per step). It is `step_model(model)`: the
+model's own forward pass with one `KVCache` per layer, filled from the inputs.
+
+    DecoderOnlyLM:     tokens (1, T_new), past_keys (L, 1, h_kv, T_past, d_k), past_values (same)
+                       -> logits (1, T_new, V), present_keys (L, 1, h_kv, T_past + T_new, d_k), present_values
+
+T_past is 0 on the first call (`empty_past(model)`), which feeds the whole prompt: onnxruntime,
+in Python and on the web, takes the zero-length past as it is. h_kv is the model's key-value heads
+(num_heads unless grouped-query attention). While it traces, `len(cache)` is read as a traced size
+(`_traced_cache_lengths`), so that T_past stays dynamic in the file.
+
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
 installs them, and the package itself does not need them.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
+from . import attention, models
+from .attention import KVCache, MultiHeadAttention
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
-__all__ = ["export_first_attention", "export_onnx", "first_attention", "with_attention"]
+__all__ = [
+    "empty_past",
+    "export_first_attention",
+    "export_onnx",
+    "export_step",
+    "first_attention",
+    "step_model",
+    "with_attention",
+]
 
 
 class _WithAttention(nn.Module):
@@ -83,7 +110,7 @@ def with_attention(model: nn.Module) -> nn.Module:
     watched, _, _, _ = _plan(model)
     for m in watched:
         m.keep_weights = True  # the weights path: the scores are computed explicitly and kept
-    return _WithAttention(model.eval(), watched)
+    return _WithAttention(model, watched).eval()  # the wrapper too: export restores its mode
 
 
 def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor, ...] | None = None) -> Path:
@@ -151,7 +178,7 @@ def first_attention(model: DecoderOnlyLM) -> nn.Module:
     """
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"first_attention takes a DecoderOnlyLM, got {type(model).__name__}")
-    return _FirstAttention(model.eval())
+    return _FirstAttention(model).eval()  # the wrapper too: export restores its mode
 
 
 def export_first_attention(model: DecoderOnlyLM, path: str | Path) -> Path:
@@ -159,3 +186,118 @@ def export_first_attention(model: DecoderOnlyLM, path: str | Path) -> Path:
     example = (torch.arange(1, 6)[None], torch.ones(5, 5, dtype=torch.bool).tril())  # (1, 5) ids, (5, 5) mask
     dynamic = {"tokens": {1: "T"}, "mask": {0: "T", 1: "T"}, "attention": {1: "T", 2: "T"}}
     return _trace(first_attention(model.cpu()), example, path, ["tokens", "mask"], ["attention"], dynamic)
+
+
+class _Step(nn.Module):
+    """(tokens (1, T_new), past_keys, past_values (L, 1, h_kv, T_past, d_k)) -> (logits (1, T_new, V), present_keys,
+    present_values (L, 1, h_kv, T_past + T_new, d_k)): the model's forward pass with a KVCache per layer."""
+
+    def __init__(self, model: DecoderOnlyLM):
+        super().__init__()
+        self.model = model
+        cfg, attn = model.config, model.decoder.layers[0].self_attn
+        self.past_shape = (cfg.num_layers, 1, attn.num_kv_heads, attn.d_k)  # (L, 1, h_kv, d_k): all but T_past
+
+    def forward(
+        self, tokens: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self._check(tokens, past_keys, past_values)
+        caches = []
+        for k, v in zip(past_keys, past_values):  # one layer's (1, h_kv, T_past, d_k) each
+            cache = KVCache()  # no capacity: update appends by concatenation, which the tracer records
+            cache.key, cache.value = k, v  # the positions seen so far, possibly none (T_past = 0)
+            caches.append(cache)
+        logits = self.model(tokens, caches)  # (1, T_new, V); positions continue after the cached ones
+        present_keys = torch.stack([c.key for c in caches])  # (L, 1, h_kv, T_past + T_new, d_k)
+        present_values = torch.stack([c.value for c in caches])  # (L, 1, h_kv, T_past + T_new, d_k)
+        return logits, present_keys, present_values
+
+    def _check(self, tokens: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor) -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
+            raise TypeError(
+                f"tokens must be an int64 tensor of token ids, got {getattr(tokens, 'dtype', type(tokens))}"
+            )
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or tokens.shape[1] < 1:
+            raise ValueError(f"tokens must be a (1, T_new) tensor with T_new >= 1, got shape {tuple(tokens.shape)}")
+        L, B, h, d = self.past_shape
+        for name, past in (("past_keys", past_keys), ("past_values", past_values)):
+            if not isinstance(past, torch.Tensor) or not past.is_floating_point():
+                raise TypeError(f"{name} must be a float tensor, got {getattr(past, 'dtype', type(past))}")
+            if past.dim() != 5 or (past.shape[0], past.shape[1], past.shape[2], past.shape[4]) != (L, B, h, d):
+                raise ValueError(
+                    f"{name} must have shape (L, 1, h_kv, T_past, d_k) = ({L}, {B}, {h}, T_past, {d}) for this "
+                    f"model, got {tuple(past.shape)}; on the first call pass empty_past(model)"
+                )
+        if past_keys.shape != past_values.shape:
+            raise ValueError(
+                f"past_keys and past_values must have the same shape, got {tuple(past_keys.shape)} "
+                f"and {tuple(past_values.shape)}"
+            )
+
+
+def step_model(model: DecoderOnlyLM) -> nn.Module:
+    """The module that export_step traces: (tokens (1, T_new), past_keys, past_values (L, 1, h_kv, T_past, d_k))
+    -> (logits (1, T_new, V), present_keys, present_values (L, 1, h_kv, T_past + T_new, d_k)).
+
+    Feed the prompt with `empty_past(model)` as both pasts, then each new token with the last call's
+    presents: the logits are those of `model` run on the whole sequence.
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"step_model takes a DecoderOnlyLM, got {type(model).__name__}")
+    return _Step(model).eval()  # the wrapper too: torch.onnx.export puts it back in its own mode
+
+
+def empty_past(model: DecoderOnlyLM) -> torch.Tensor:
+    """The past keys (or values) before the first call: (L, 1, h_kv, 0, d_k) zeros, no position seen yet."""
+    L, B, h, d = step_model(model).past_shape
+    return torch.zeros(L, B, h, 0, d)  # (L, 1, h_kv, 0, d_k)
+
+
+def export_step(model: DecoderOnlyLM, path: str | Path) -> Path:
+    """Write `step_model(model)` (on the CPU) to `path` as ONNX with dynamic T_new and T_past; return the path."""
+    step = step_model(model.cpu())
+    L, B, h, d = step.past_shape
+    g = torch.Generator().manual_seed(0)
+    # traced with T_new = 3 after T_past = 2: both above 1, so no branch on a length of 1 is taken
+    example = (
+        torch.arange(1, 4)[None],
+        torch.randn(L, B, h, 2, d, generator=g),
+        torch.randn(L, B, h, 2, d, generator=g),
+    )
+    past, present = {3: "T_past"}, {3: "T_total"}
+    dynamic = {
+        "tokens": {1: "T_new"},
+        "past_keys": past,
+        "past_values": past,
+        "logits": {1: "T_new"},
+        "present_keys": present,
+        "present_values": present,
+    }
+    inputs, outputs = ["tokens", "past_keys", "past_values"], ["logits", "present_keys", "present_values"]
+    for layer in model.decoder.layers:
+        if layer.self_attn.rotary:  # RoPE: the cos and sin tables for every position, traced as one constant
+            layer.self_attn._rotary_tables(model.config.max_len, torch.device("cpu"))
+    with _traced_cache_lengths():
+        return _trace(step, example, path, inputs, outputs, dynamic)
+
+
+def _cache_length(x):
+    """len(x), except a KVCache's length is read from its keys' shape, which the tracer records as a size."""
+    if isinstance(x, KVCache) and x.key is not None:
+        return x.key.shape[-2]  # T_past: a traced size, not an int
+    return builtins.len(x)
+
+
+@contextlib.contextmanager
+def _traced_cache_lengths() -> Iterator[None]:
+    """While tracing, `len(cache)` in models.py and attention.py gives a traced size instead of a Python int.
+
+    The forward pass reads the number of cached positions with len(), which Python turns into an int,
+    so the tracer would bake the example's T_past into the file: the positions' offset and the causal
+    mask's columns would be those of the traced call at every call. Shadowing the built-in `len` in
+    those two modules, and only while the file is traced, keeps T_past dynamic and the forward pass
+    the package's own.
+    """
+    with mock.patch.object(models, "len", _cache_length, create=True):
+        with mock.patch.object(attention, "len", _cache_length, create=True):
+            yield

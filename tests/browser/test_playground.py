@@ -115,6 +115,27 @@ def test_language_model_at_temperature_0_writes_pytorchs_greedy_text(page, site_
     assert not network_problems(page)
 
 
+def test_language_model_keeps_a_kv_cache_and_writes_the_longest_text_as_pytorch(page, site_url, expected, meta):
+    """The page feeds the prompt once, then only the character just chosen: the step model's cache holds the rest.
+    Up to the model's last position its greedy text is PyTorch's, and ?cache=0 (the benchmark's run without the
+    cache, the whole text at every step) writes the same."""
+    case = expected["shakespeare_char"]["longest"]
+    assert len(case["prompt"]) + case["new"] == meta["shakespeare_char"]["max_len"]  # every position the model has
+    for query, fed in (("", [len(case["prompt"])] + [1] * (case["new"] - 1)), ("?cache=0", None)):
+        page.goto(f"{site_url}/book/playground/language_model.html{query}", wait_until="load")
+        page.wait_for_function(ANSWERED, arg="shakespeare_char", timeout=120_000)
+        page.fill("#lm-prompt", case["prompt"])
+        page.fill("#lm-length", str(case["new"]))
+        _set_range(page, "#lm-temperature", 0)
+        status = _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
+        assert status.startswith("Done"), status
+        assert page.text_content("#lm-generated") == case["text"], f"{query or 'with the cache'}: not PyTorch's text"
+        run = page.evaluate("() => window.playgroundTimings.shakespeare_char.last_run")
+        without = list(range(len(case["prompt"]), meta["shakespeare_char"]["max_len"]))  # the whole text each step
+        assert run["cache"] == (query == "") and run["fed"] == (fed or without), run["fed"]
+    assert not network_problems(page)
+
+
 def test_language_model_samples_from_pytorchs_distribution_after_temperature_top_k_and_top_p(page, site_url, expected):
     """One step at temperature 0.8, top-k 5, top-p 0.6: the table's two columns are _sample_next's numbers."""
     _open(page, site_url, "shakespeare_char")

@@ -1,4 +1,5 @@
-"""ONNX files from transformer_lib.export give PyTorch's logits and attention weights in onnxruntime, at any length."""
+"""ONNX files from transformer_lib.export give PyTorch's logits and attention weights in onnxruntime, at any length,
+and the step model with its KV cache gives, call after call, the logits of the full forward pass."""
 
 import pytest
 import torch
@@ -6,7 +7,15 @@ import torch
 import transformer_lib as tl
 
 ort = pytest.importorskip("onnxruntime")  # the test extra installs onnx, onnxscript and onnxruntime
-from transformer_lib.export import export_first_attention, export_onnx, first_attention, with_attention  # noqa: E402
+from transformer_lib.export import (  # noqa: E402
+    empty_past,
+    export_first_attention,
+    export_onnx,
+    export_step,
+    first_attention,
+    step_model,
+    with_attention,
+)
 
 SMALL = dict(vocab_size=20, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=64)
 MODELS = {
@@ -102,3 +111,99 @@ def test_shipped_models_in_onnxruntime_give_pytorchs_outputs_at_several_lengths(
         got = session.run(None, {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)})
         for g_out, e_out in zip(got, expected):  # logits, then the attention weights
             torch.testing.assert_close(torch.from_numpy(g_out), e_out, atol=1e-5, rtol=1e-5)
+
+
+def _run_steps(session, model, sequence, chunks):
+    """Feed `sequence` (1, T) to the step model `session` in chunks of the given sizes, carrying the cache;
+    check each call's logits against the full forward pass's for the same positions (1e-5 relative)."""
+    with torch.no_grad():
+        full = model(sequence)  # (1, T, V)
+    keys = values = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k): the first call feeds the prompt
+    start = 0
+    for n in chunks:
+        feeds = {"tokens": sequence[:, start : start + n].numpy(), "past_keys": keys, "past_values": values}
+        logits, keys, values = session.run(None, feeds)
+        torch.testing.assert_close(torch.from_numpy(logits), full[:, start : start + n], atol=1e-5, rtol=1e-5)
+        start += n
+        assert keys.shape[3] == values.shape[3] == start  # (L, 1, h_kv, T_past + T_new, d_k)
+    return keys
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["2017 language model", "modern language model"])
+def test_step_model_in_onnxruntime_gives_the_full_forward_pass_logits_prompt_then_token_by_token(kind, tmp_path):
+    torch.manual_seed(0)
+    model = MODELS[kind]()
+    with torch.no_grad():
+        model(torch.randint(1, 20, (1, 3)))  # run before the export, as a trained model has been (RoPE keeps tables)
+    session = ort.InferenceSession(str(export_step(model, tmp_path / "step.onnx")))
+    sequence = torch.randint(1, 20, (1, 64), generator=torch.Generator().manual_seed(1))  # all of max_len
+    keys = _run_steps(session, model, sequence, [9] + [1] * 40 + [6] + [1] * 9)  # prompt, steps, a chunk, steps
+    assert keys.shape == (2, 1, model.decoder.layers[0].self_attn.num_kv_heads, 64, 8)
+    _run_steps(session, model, sequence, [1] * 64)  # a one-token prompt: the first call too has T_new = 1
+
+
+@pytest.mark.slow
+def test_step_model_in_pytorch_is_the_models_own_forward_pass_with_its_cache():
+    torch.manual_seed(0)
+    model = MODELS["2017 language model"]().eval()
+    step = step_model(model)
+    sequence = torch.randint(1, 20, (1, 12))
+    with torch.no_grad():
+        full = model(sequence)
+        logits, keys, values = step(sequence[:, :8], empty_past(model), empty_past(model))
+        caches = [tl.KVCache() for _ in model.decoder.layers]
+        direct = model(sequence[:, :8], caches)  # the package's own cached forward pass
+        torch.testing.assert_close(logits, direct, atol=0, rtol=0)
+        torch.testing.assert_close(keys, torch.stack([c.key for c in caches]), atol=0, rtol=0)
+        for t in range(8, 12):
+            logits, keys, values = step(sequence[:, t : t + 1], keys, values)
+            torch.testing.assert_close(logits, full[:, t : t + 1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_shipped_language_model_step_file_writes_the_longest_greedy_text_as_pytorch(tmp_path):
+    """The playground's case: an 8-character prompt, then one token per call up to max_len (128) positions."""
+    model, _ = tl.load_checkpoint("shakespeare_char")
+    session = ort.InferenceSession(str(export_step(model, tmp_path / "step.onnx")))
+    prompt = torch.randint(4, model.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+    greedy = model.generate(prompt, model.config.max_len - 8, temperature=0.0)  # (1, 128)
+    keys = values = empty_past(model).numpy()
+    ids = prompt
+    feed = prompt
+    while ids.shape[1] < model.config.max_len:
+        logits, keys, values = session.run(None, {"tokens": feed.numpy(), "past_keys": keys, "past_values": values})
+        feed = torch.tensor([[int(logits[0, -1].argmax())]])  # (1, 1): only the new token next time
+        ids = torch.cat([ids, feed], dim=1)
+    assert torch.equal(ids, greedy)
+    _run_steps(session, model, greedy, [8] + [1] * 120)  # and every call's logits are the full pass's
+
+
+@pytest.mark.slow
+def test_exports_leave_the_model_in_eval_mode(tmp_path):
+    """torch.onnx.export puts the traced wrapper back in its own mode, and with it the model: an exported
+    model left in training mode would run its dropout afterwards, in PyTorch."""
+    model = tl.DecoderOnlyLM(**SMALL).eval()
+    for export in (export_onnx, export_first_attention, export_step):
+        export(model, tmp_path / f"{export.__name__}.onnx")
+        assert not model.training, export.__name__
+
+
+def test_step_model_names_what_it_takes():
+    with pytest.raises(TypeError, match="step_model takes a DecoderOnlyLM, got EncoderClassifier"):
+        step_model(tl.EncoderClassifier(num_classes=2, **SMALL))
+    model = tl.DecoderOnlyLM(**SMALL)
+    step, past = step_model(model), empty_past(model)  # (2, 1, 4, 0, 8)
+    assert past.shape == (2, 1, 4, 0, 8)
+    with pytest.raises(TypeError, match="tokens must be an int64 tensor"):
+        step(torch.ones(1, 3), past, past)
+    with pytest.raises(ValueError, match=r"tokens must be a \(1, T_new\) tensor"):
+        step(torch.ones(2, 3, dtype=torch.long), past, past)
+    with pytest.raises(
+        ValueError, match=r"past_keys must have shape \(L, 1, h_kv, T_past, d_k\) = \(2, 1, 4, T_past, 8\)"
+    ):
+        step(torch.ones(1, 3, dtype=torch.long), torch.zeros(2, 1, 4, 0), past)
+    with pytest.raises(TypeError, match="past_values must be a float tensor"):
+        step(torch.ones(1, 3, dtype=torch.long), past, past.long())
+    with pytest.raises(ValueError, match="past_keys and past_values must have the same shape"):
+        step(torch.ones(1, 3, dtype=torch.long), past, torch.zeros(2, 1, 4, 1, 8))
