@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.adam import adam as adam_step  # the functional kernel torch.optim.AdamW.step calls
 
 __all__ = [
     "History",
@@ -125,6 +126,56 @@ def smoothing_floor(vocab_size: int, smoothing: float) -> float:
     return -(p * math.log(p) if p > 0 else 0.0) - ((vocab_size - 1) * q * math.log(q) if q > 0 else 0.0)
 
 
+class _AdamW:
+    """AdamW for `fit`: the numbers of torch.optim.AdamW, bit for bit, without torch.optim.Optimizer.
+
+    Optimizer's constructor and step import torch._dynamo on their first call, to guard against
+    torch.compile: about 2 s in every fresh kernel, more than many of the book's training runs.
+    `fit` compiles nothing, so it keeps AdamW's state itself (the step count and the two moving
+    averages, made at a parameter's first gradient) and calls the same functional kernel,
+    torch.optim.adam.adam with decoupled weight decay, that AdamW.step calls.
+    """
+
+    def __init__(
+        self, params: Iterable[nn.Parameter], betas: tuple[float, float], weight_decay: float, fused: bool
+    ) -> None:
+        self.params = list(params)
+        self.betas, self.weight_decay, self.eps, self.fused = betas, weight_decay, 1e-8, fused
+        self.state: dict[nn.Parameter, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, lr: float) -> None:
+        """One AdamW step at learning rate `lr` for every parameter that has a gradient."""
+        active = [p for p in self.params if p.grad is not None]
+        for p in active:
+            if p not in self.state:  # (step, exp_avg, exp_avg_sq), as AdamW's lazy state
+                step = torch.zeros((), device=p.device) if self.fused else torch.tensor(0.0)
+                self.state[p] = (step, torch.zeros_like(p), torch.zeros_like(p))
+        steps, avgs, squares = (list(t) for t in zip(*(self.state[p] for p in active))) if active else ([], [], [])
+        adam_step(
+            active,
+            [p.grad for p in active],
+            avgs,
+            squares,
+            [],
+            steps,
+            fused=self.fused,
+            has_complex=any(torch.is_complex(p) for p in active),
+            decoupled_weight_decay=True,
+            amsgrad=False,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            lr=lr,
+            weight_decay=self.weight_decay,
+            eps=self.eps,
+            maximize=False,
+        )
+
+
 def fit(
     model: nn.Module,
     loss_fn: Callable[[nn.Module, tuple], torch.Tensor],
@@ -151,10 +202,10 @@ def fit(
 
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
-    optimizer = torch.optim.AdamW(  # fused: one kernel for all parameters instead of a loop over them
-        model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98), fused=device.type in ("cpu", "cuda")
+    # AdamW, fused: one kernel for all parameters instead of a loop over them (see _AdamW)
+    optimizer = _AdamW(
+        model.parameters(), betas=(0.9, 0.98), weight_decay=weight_decay, fused=device.type in ("cpu", "cuda")
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, steps))
     history = History()
     iterator: Iterator[tuple] = iter(batches)
     start = time.perf_counter()
@@ -173,12 +224,11 @@ def fit(
     for step in bar:
         batch = tuple(t.to(device) for t in next(iterator))
         loss = loss_fn(model, batch)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         if clip_norm:
             nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        schedule.step()
+        optimizer.step(lr * warmup_cosine(step, warmup, steps))  # the rate torch's LambdaLR would set at this step
         history.steps.append(step)
         history.losses.append(loss.item())
         if step % 20 == 0:
