@@ -145,6 +145,16 @@ class KVCache:
         return 0 if self.key is None else self.key.shape[-2]
 
     @property
+    def length(self) -> int:
+        """The number of cached positions, as the forward pass reads it.
+
+        The same number as len(cache), but read straight from the keys' shape: Python turns what
+        __len__ returns into a plain int, which an ONNX trace would bake into the file, while the
+        shape stays a size the tracer follows (export.step_model relies on it).
+        """
+        return 0 if self.key is None else self.key.shape[-2]
+
+    @property
     def nbytes(self) -> int:
         """Bytes of memory the cache holds now: its buffers when preallocated, else its keys and values."""
         held = self._buffers if self._buffers is not None else (self.key, self.value)
@@ -292,13 +302,13 @@ class MultiHeadAttention(nn.Module):
         cache (which keeps only the num_kv_heads heads), and repeats each key-value head for its
         group of query heads (grouped-query attention).
         """
-        if cache is not None and cache.static and len(cache):
+        if cache is not None and cache.static and cache.length:
             k, v = cache.key, cache.value  # (B, h_kv, S, d_k): the memory's, projected on the first step
         else:
             k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             if self.rotary:  # the cache keeps rotated keys
-                q, k = self._turn(q, k, past=0 if cache is None else len(cache))
+                q, k = self._turn(q, k, past=0 if cache is None else cache.length)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k)
         if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads

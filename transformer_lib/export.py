@@ -27,8 +27,8 @@ model's own forward pass with one `KVCache` per layer, filled from the inputs.
 
 T_past is 0 on the first call (`empty_past(model)`), which feeds the whole prompt: onnxruntime,
 in Python and on the web, takes the zero-length past as it is. h_kv is the model's key-value heads
-(num_heads unless grouped-query attention). While it traces, `len(cache)` is read as a traced size
-(`_traced_cache_lengths`), so that T_past stays dynamic in the file.
+(num_heads unless grouped-query attention). The forward pass reads the cached length as
+`KVCache.length`, a shape the tracer follows, so that T_past stays dynamic in the file.
 
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
 installs them, and the package itself does not need them.
@@ -36,17 +36,12 @@ installs them, and the package itself does not need them.
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import torch
 from torch import nn
 
-from . import attention, models
 from .attention import KVCache, MultiHeadAttention
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
@@ -277,27 +272,4 @@ def export_step(model: DecoderOnlyLM, path: str | Path) -> Path:
     for layer in model.decoder.layers:
         if layer.self_attn.rotary:  # RoPE: the cos and sin tables for every position, traced as one constant
             layer.self_attn._rotary_tables(model.config.max_len, torch.device("cpu"))
-    with _traced_cache_lengths():
-        return _trace(step, example, path, inputs, outputs, dynamic)
-
-
-def _cache_length(x):
-    """len(x), except a KVCache's length is read from its keys' shape, which the tracer records as a size."""
-    if isinstance(x, KVCache) and x.key is not None:
-        return x.key.shape[-2]  # T_past: a traced size, not an int
-    return builtins.len(x)
-
-
-@contextlib.contextmanager
-def _traced_cache_lengths() -> Iterator[None]:
-    """While tracing, `len(cache)` in models.py and attention.py gives a traced size instead of a Python int.
-
-    The forward pass reads the number of cached positions with len(), which Python turns into an int,
-    so the tracer would bake the example's T_past into the file: the positions' offset and the causal
-    mask's columns would be those of the traced call at every call. Shadowing the built-in `len` in
-    those two modules, and only while the file is traced, keeps T_past dynamic and the forward pass
-    the package's own.
-    """
-    with mock.patch.object(models, "len", _cache_length, create=True):
-        with mock.patch.object(attention, "len", _cache_length, create=True):
-            yield
+    return _trace(step, example, path, inputs, outputs, dynamic)

@@ -94,7 +94,7 @@ class Transformer(nn.Module):
         With cross_caches (`new_cross_cache`), the memory's keys and values are projected once.
         """
         _check_2d(tgt, "tgt")
-        past = 0 if caches is None else len(caches[0])
+        past = 0 if caches is None else caches[0].length
         if tgt_mask is None and caches is None:
             tgt_mask = self.make_tgt_mask(tgt)  # (B, 1, T, T)
         elif tgt_mask is None and tgt.shape[1] > 1:
@@ -222,7 +222,7 @@ class DecoderOnlyLM(nn.Module):
         """tokens (B, T) -> logits (B, T, V). With caches, tokens continue the cached positions."""
         _check_2d(tokens, "tokens")
         _, T = tokens.shape
-        past = 0 if caches is None else len(caches[0])
+        past = 0 if caches is None else caches[0].length
         # (T, past + T): rows of the new positions; a single new position may see every key, so no mask
         mask = None if T == 1 else causal_mask(past + T, device=tokens.device)[past:]
         x = self.pos(self.embed(tokens), offset=past)  # (B, T, d_model)
