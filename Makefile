@@ -178,6 +178,8 @@ benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)
 	$(BIN)/python benchmarks/notebooks.py | tee $(REPORTS)/benchmark-notebooks.txt
 	$(BIN)/python benchmarks/attention.py | tee $(REPORTS)/benchmark-attention.txt
+	@[ -f _build/html/book/playground/language_model.html ] || $(MAKE) --no-print-directory book
+	$(BIN)/python benchmarks/playground.py | tee $(REPORTS)/benchmark-playground.txt
 
 # docs/results.md, from a real run: every test stage, then the benchmarks, then tools/results.py.
 results: $(STAMP)
