@@ -253,7 +253,7 @@ def _strip(ids: list[int], eos_id: int, pad_id: int) -> list[int]:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()  # returns a number: no autograd bookkeeping at all
 def exact_match(
     model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, bos_id: int, eos_id: int, batch_size: int = 512
 ) -> float:
@@ -271,7 +271,7 @@ def exact_match(
     return correct / src.shape[0]
 
 
-@torch.no_grad()
+@torch.inference_mode()  # returns a number: no autograd bookkeeping at all
 def classification_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
     """Fraction of rows of x (N, S) whose argmax class equals y (N,)."""
     model.eval()
@@ -283,7 +283,7 @@ def classification_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     return correct / x.shape[0]
 
 
-@torch.no_grad()
+@torch.inference_mode()  # returns a number: no autograd bookkeeping at all
 def lm_eval_loss(model: nn.Module, ids: torch.Tensor, block_size: int, batch_size: int = 64) -> float:
     """Mean next-token loss (nats) of a language model over a 1-D id stream, cut into disjoint windows."""
     model.eval()
