@@ -38,7 +38,22 @@ def _time_reference() -> None:
     _reference.append(reference_seconds())
 
 
+def _workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers run the notebooks at once (0: none, this process runs them)."""
+    return int(getattr(config.option, "numprocesses", 0) or 0)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Under pytest-xdist the workers collect and run the notebooks and this process only gathers their
+    # reports, so it times the reference here, before any worker starts a kernel.
+    config = session.config
+    if _workers(config) and not hasattr(config, "workerinput") and getattr(config.option, "nbval", False):
+        _time_reference()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or _workers(session.config):
+        return  # pytest-xdist: timed once, by the process that gathers the reports (pytest_sessionstart)
     if any(item.nodeid.split("::", 1)[0].endswith(".ipynb") for item in session.items):
         _time_reference()  # before the first notebook
 
@@ -57,10 +72,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         warning = "  MOVED BY MORE THAN 10%: the ratios below are uncertain" if spread > 0.10 else ""
         line = f"reference workload (benchmarks/reference.py): {timed} (before and after), spread {spread:.0%}"
         terminalreporter.write_line(line + warning)
+    workers = _workers(config)
+    if workers:
+        terminalreporter.write_line(f"{workers} notebooks at a time (pytest-xdist), each on its own kernel")
     if os.environ.get("NOTEBOOK_REPORT"):
         report = Path(os.environ["NOTEBOOK_REPORT"])
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps({"reference_seconds": _reference, "notebooks": dict(_times)}, indent=1))
+        report.write_text(
+            json.dumps({"reference_seconds": _reference, "workers": workers, "notebooks": dict(_times)}, indent=1)
+        )
     for path, seconds in sorted(_times.items()):
         ratio = f"{seconds / reference:6.1f}x" if reference else ""
         over = reference is not None and seconds / reference > BUDGET

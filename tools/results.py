@@ -97,7 +97,8 @@ def notebook_times(reports: Path) -> list[str]:
         out += [
             f"**{what}**: the reference workload (benchmarks/reference.py) took "
             + ", ".join(f"{r:.2f} s" for r in refs)
-            + f" (before and after the notebooks; spread {spread:.0%}).{moved}",
+            + f" (before and after the notebooks; spread {spread:.0%}).{moved}"
+            + (f" {report['workers']} notebooks ran at a time." if report.get("workers") else ""),
             "",
             "| notebook | seconds | ratio to the reference |",
             "|---|---|---|",
