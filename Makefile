@@ -103,7 +103,7 @@ unit: $(STAMP)
 	$(PYTEST) tests/unit --junitxml=$(REPORTS)/junit-unit.xml
 
 book-tests: $(STAMP)
-	$(PYTEST) tests/book --junitxml=$(REPORTS)/junit-book.xml
+	$(PYTEST) tests/book -n 2 --dist loadfile --junitxml=$(REPORTS)/junit-book.xml
 
 NBVAL := $(PYTEST) --nbval notebooks --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
