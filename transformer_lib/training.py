@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.adam import adam as adam_step  # the functional kernel torch.optim.AdamW.step calls
+from torch.optim.adamw import adamw  # the functional form of torch.optim.AdamW.step (public since torch 2.0)
 
 __all__ = [
     "History",
@@ -133,7 +133,7 @@ class _AdamW:
     torch.compile: about 2 s in every fresh kernel, more than many of the book's training runs.
     `fit` compiles nothing, so it keeps AdamW's state itself (the step count and the two moving
     averages, made at a parameter's first gradient) and calls the same functional kernel,
-    torch.optim.adam.adam with decoupled weight decay, that AdamW.step calls.
+    torch.optim.adamw.adamw, that AdamW.step calls.
     """
 
     def __init__(
@@ -156,7 +156,7 @@ class _AdamW:
                 step = torch.zeros((), device=p.device) if self.fused else torch.tensor(0.0)
                 self.state[p] = (step, torch.zeros_like(p), torch.zeros_like(p))
         steps, avgs, squares = (list(t) for t in zip(*(self.state[p] for p in active))) if active else ([], [], [])
-        adam_step(
+        adamw(
             active,
             [p.grad for p in active],
             avgs,
@@ -165,7 +165,6 @@ class _AdamW:
             steps,
             fused=self.fused,
             has_complex=any(torch.is_complex(p) for p in active),
-            decoupled_weight_decay=True,
             amsgrad=False,
             beta1=self.betas[0],
             beta2=self.betas[1],
