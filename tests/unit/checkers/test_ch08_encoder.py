@@ -218,6 +218,23 @@ def _head_off(model, x, y, layer, head, restore=True, switch_off=True, scale=1.0
     return scale * (1 - accuracy if flip else accuracy)
 
 
+def _rows_off(model, x, y, layer, head):
+    """The classic slip: zero the head's d_k rows of out_proj.weight (its outputs), not the columns that read it."""
+    attn = model.encoder.layers[layer].self_attn
+    saved = attn.out_proj.weight.detach().clone()
+    with torch.no_grad():
+        attn.out_proj.weight[head * attn.d_k : (head + 1) * attn.d_k, :] = 0.0
+        accuracy = (model(x).argmax(-1) == y).float().mean().item()
+        attn.out_proj.weight.copy_(saved)
+    return accuracy
+
+
+def test_head_ablation_measured_on_the_notebooks_data_alone_fails(classifier):
+    model, x, y = classifier
+    own = lambda m, xs, ys, layer, head: _head_off(m, x, y, layer, head)  # ignores the data it is given
+    _rejected(ex.check_head_ablation(own, *classifier), "data of its own")
+
+
 def test_head_ablation_notebook_solution_passes(classifier):
     assert ex.check_head_ablation(_notebook_solution("solution_head_ablation"), *classifier) == ex.CORRECT
 
@@ -233,6 +250,10 @@ def test_head_ablation_constants_and_typed_numbers_fail(classifier):
     ("wrong", "phrase"),
     [
         (lambda *a: _head_off(*a, restore=False), "put the head back"),
+        (lambda *a: _head_off(*a, switch_off=False), "every head on"),
+        (_rows_off, "columns of out_proj.weight"),  # the head's rows zeroed: the wrong side of out_proj
+        (lambda m, x, y, layer, head: _head_off(m, x, y, 0, head), "layer 1"),  # right for layer 0 only
+        (lambda m, x, y, layer, head: _head_off(m, x, y, layer, 0), "head 1"),  # right for head 0 only
         (lambda *a: _head_off(*a, scale=100.0), "percentage"),
         (lambda *a: _head_off(*a, flip=True), "error rate"),
         (lambda *a: "high", "as a number"),
