@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _mutation import raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise ValueError("negative dimension")
+_raises = raising(ValueError("negative dimension"))
 
 
 # The notebook's solutions (notebooks/00_template.ipynb).
@@ -48,7 +42,7 @@ def solution_mask_fraction(mask):
     ],
 )
 def test_future_mask_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_future_mask(wrong), phrase)
+    rejected(ex.check_future_mask(wrong), phrase)
 
 
 def test_future_mask_accepts_other_routes():
@@ -69,7 +63,7 @@ def test_future_mask_accepts_other_routes():
     ],
 )
 def test_allowed_count_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_allowed_count(wrong), phrase)
+    rejected(ex.check_allowed_count(wrong), phrase)
 
 
 def test_allowed_count_accepts_other_routes():
@@ -90,7 +84,7 @@ def test_allowed_count_accepts_other_routes():
     ],
 )
 def test_cached_rows_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_cached_rows(wrong), phrase)
+    rejected(ex.check_cached_rows(wrong), phrase)
 
 
 def test_cached_rows_accepts_other_routes():
@@ -111,7 +105,7 @@ def test_cached_rows_accepts_other_routes():
     ],
 )
 def test_mask_fraction_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_mask_fraction(wrong), phrase)
+    rejected(ex.check_mask_fraction(wrong), phrase)
 
 
 def test_mask_fraction_accepts_other_routes():

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _mutation import raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise KeyError("padding")
+_raises = raising(KeyError("padding"))
 
 
 # The notebook's solutions (notebooks/05_masks.ipynb).
@@ -55,7 +49,7 @@ def solution_padding_ablation(layer, tokens, num_pad, use_mask):
     ],
 )
 def test_padding_mask_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_padding_mask(wrong), phrase)
+    rejected(ex.check_padding_mask(wrong), phrase)
 
 
 def test_padding_mask_accepts_other_routes():
@@ -95,7 +89,7 @@ def _target(t, p, keys=True, causal="tril", combine="and", queries=False):
     ],
 )
 def test_target_mask_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_target_mask(wrong), phrase)
+    rejected(ex.check_target_mask(wrong), phrase)
 
 
 def test_target_mask_accepts_other_routes():
@@ -135,7 +129,7 @@ def test_target_mask_accepts_other_routes():
     ],
 )
 def test_masks_needed_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_masks_needed(wrong), phrase)
+    rejected(ex.check_masks_needed(wrong), phrase)
 
 
 def test_masks_needed_accepts_other_routes():
@@ -168,7 +162,7 @@ def _ablation(layer, tokens, num_pad, use_mask, always=None, reversed_=False, me
     ],
 )
 def test_padding_ablation_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_padding_ablation(wrong), phrase)
+    rejected(ex.check_padding_ablation(wrong), phrase)
 
 
 def test_padding_ablation_accepts_other_routes():

@@ -5,19 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _mutation import raising, rejected
 from torch import nn
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise IndexError("Dimension out of range")
+_raises = raising(IndexError("Dimension out of range"))
 
 
 # The notebook's solutions (notebooks/06_feed_forward_and_norm.ipynb).
@@ -70,7 +64,7 @@ def _ln(x, w, b, e, unbiased=False, outside=False, axis=-1, centre=True):
     ],
 )
 def test_layer_norm_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_layer_norm(wrong), phrase)
+    rejected(ex.check_layer_norm(wrong), phrase)
 
 
 def test_layer_norm_accepts_other_routes():
@@ -96,7 +90,7 @@ def test_layer_norm_accepts_other_routes():
     ],
 )
 def test_pre_ln_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_pre_ln(wrong), phrase)
+    rejected(ex.check_pre_ln(wrong), phrase)
 
 
 def test_pre_ln_accepts_other_routes():
@@ -118,7 +112,7 @@ def test_pre_ln_accepts_other_routes():
     ],
 )
 def test_batch_norm_mean_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_batch_norm_mean(wrong), phrase)
+    rejected(ex.check_batch_norm_mean(wrong), phrase)
 
 
 def test_batch_norm_mean_accepts_other_routes():
@@ -158,7 +152,7 @@ def _depth(num_layers, seed, final_norm=False, norm_first=True, variance=False, 
     ],
 )
 def test_depth_growth_names_the_mistake(wrong, phrase):
-    _rejected(ex.check_depth_growth(wrong), phrase)
+    rejected(ex.check_depth_growth(wrong), phrase)
 
 
 def test_depth_growth_accepts_the_notebook_solution():

@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "07_training.ipynb"
-
 
 def _notebook_solution(name: str):
-    """The function `name` as the notebook's solution cell defines it (only its def, nothing it runs)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            lines, keep = [], False
-            for line in source.splitlines():
-                keep = line.startswith(("def ", " ", "\t")) or (keep and not line)
-                if keep:
-                    lines.append(line)
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
-            exec("\n".join(lines), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("07_training", name)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise ZeroDivisionError("float division by zero")
+_raises = raising(ZeroDivisionError("float division by zero"))
 
 
 @pytest.mark.parametrize(
@@ -80,7 +58,7 @@ def _noam(n, d, w):
     ],
 )
 def test_noam_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_noam(wrong), phrase)
+    rejected(ex.check_noam(wrong), phrase)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +102,7 @@ def _floor(V, e, base=math.e):
     ],
 )
 def test_smoothing_floor_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_smoothing_floor(wrong), phrase)
+    rejected(ex.check_smoothing_floor(wrong), phrase)
 
 
 def _floor_by_tensor(V, e):
@@ -187,7 +165,7 @@ def _experiment(V, e, steps, lr=0.1, smoothing=True, optimiser="adam", record_af
     ],
 )
 def test_floor_experiment_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_floor_experiment(wrong), phrase)
+    rejected(ex.check_floor_experiment(wrong), phrase)
 
 
 @pytest.mark.parametrize(

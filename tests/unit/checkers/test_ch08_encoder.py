@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 from torch import nn
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "08_encoder.ipynb"
-
 
 def _notebook_solution(name: str):
-    """The function `name` as the notebook's solution cell defines it (its print lines left out)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
-            exec("\n".join(line for line in source.splitlines() if not line.startswith("print(")), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("08_encoder", name)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise RuntimeError("The size of tensor a (8) must match the size of tensor b (6)")
+_raises = raising(RuntimeError("The size of tensor a (8) must match the size of tensor b (6)"))
 
 
 class _Layer(nn.Module):  # the learner's MyEncoderLayer (post-LN forward)
@@ -86,12 +68,12 @@ def _keep(m):
     ],
 )
 def test_mean_pool_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_mean_pool(wrong), phrase)
+    rejected(ex.check_mean_pool(wrong), phrase)
 
 
 def test_mean_pool_right_only_for_one_input_fails_naming_the_input():
     feedback = ex.check_mean_pool(lambda h, m: (h * _keep(m)).sum(1) / (_keep(m).sum(1) + (h.shape[0] == 4)))
-    _rejected(feedback, "pad id 3")
+    rejected(feedback, "pad id 3")
 
 
 @pytest.mark.parametrize(
@@ -137,14 +119,14 @@ def _pre(layer, x, m, first="norm1", second="norm2", mask=True, final=False):
     ],
 )
 def test_pre_ln_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_pre_ln_layer(wrong, _Layer), phrase)
+    rejected(ex.check_pre_ln_layer(wrong, _Layer), phrase)
 
 
 def test_pre_ln_right_only_for_one_width_fails_naming_the_input():
     def only_16(layer, x, m):
         return _pre(layer, x, m) if x.shape[-1] == 16 else x
 
-    _rejected(ex.check_pre_ln_layer(only_16, _Layer), "d_model=24")
+    rejected(ex.check_pre_ln_layer(only_16, _Layer), "d_model=24")
 
 
 @pytest.mark.parametrize(
@@ -177,7 +159,7 @@ def test_pre_ln_other_routes_pass(right):
     ],
 )
 def test_first_pool_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_first_pool(wrong), phrase)
+    rejected(ex.check_first_pool(wrong), phrase)
 
 
 @pytest.mark.parametrize("right", [lambda h: h.select(1, 0), lambda h: h.narrow(1, 0, 1).squeeze(1).double()])
@@ -232,7 +214,7 @@ def _rows_off(model, x, y, layer, head):
 def test_head_ablation_measured_on_the_notebooks_data_alone_fails(classifier):
     model, x, y = classifier
     own = lambda m, xs, ys, layer, head: _head_off(m, x, y, layer, head)  # ignores the data it is given
-    _rejected(ex.check_head_ablation(own, *classifier), "data of its own")
+    rejected(ex.check_head_ablation(own, *classifier), "data of its own")
 
 
 def test_head_ablation_notebook_solution_passes(classifier):
@@ -242,8 +224,8 @@ def test_head_ablation_notebook_solution_passes(classifier):
 def test_head_ablation_constants_and_typed_numbers_fail(classifier):
     model, x, y = classifier
     typed = {(i, j): ex.ch08_encoder._accuracy_without_head(model, x, y, i, j) for i in range(2) for j in range(2)}
-    _rejected(ex.check_head_ablation(lambda m, xs, ys, i, j: typed[(i, j)], *classifier), "random subset")
-    _rejected(ex.check_head_ablation(lambda *a: 0.5, *classifier), "must measure")
+    rejected(ex.check_head_ablation(lambda m, xs, ys, i, j: typed[(i, j)], *classifier), "random subset")
+    rejected(ex.check_head_ablation(lambda *a: 0.5, *classifier), "must measure")
 
 
 @pytest.mark.parametrize(
@@ -261,7 +243,7 @@ def test_head_ablation_constants_and_typed_numbers_fail(classifier):
     ],
 )
 def test_head_ablation_mistakes_are_named(classifier, wrong, phrase):
-    _rejected(ex.check_head_ablation(wrong, *classifier), phrase)
+    rejected(ex.check_head_ablation(wrong, *classifier), phrase)
 
 
 def test_head_ablation_gives_the_model_back_and_accepts_another_route(classifier):

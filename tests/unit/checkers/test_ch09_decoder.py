@@ -2,43 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import pytest
 import torch
-import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "09_decoder.ipynb"
-
 
 def _notebook_solution(name: str):
-    """The function `name` as the notebook's solution cell defines it (only its def, nothing it runs)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            lines, keep = [], False
-            for line in source.splitlines():
-                keep = line.startswith(("def ", " ", "\t")) or (keep and not line)
-                if keep:
-                    lines.append(line)
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
-            exec("\n".join(lines), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("09_decoder", name)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise RuntimeError("index 300 is out of bounds for dimension 0 with size 300")
+_raises = raising(RuntimeError("index 300 is out of bounds for dimension 0 with size 300"))
 
 
 @pytest.mark.parametrize(
@@ -87,7 +63,7 @@ def _sample(lg, t, k, g, divide=True, k_shift=0, use_rng=True, strict=False):
     ],
 )
 def test_sample_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_sample(wrong), phrase)
+    rejected(ex.check_sample(wrong), phrase)
 
 
 def _sample_gumbel(lg, t, k, g):
@@ -146,11 +122,11 @@ def _win(ids, starts, n, x_shift=0, y_shift=1):
     ],
 )
 def test_windows_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_windows(wrong), phrase)
+    rejected(ex.check_windows(wrong), phrase)
 
 
 def test_an_arange_only_answer_fails_on_random_ids():
-    _rejected(ex.check_windows(lambda i, s, n: (_win(i, s, n)[0], _win(i, s, n)[0] + 1)), "adds one")
+    rejected(ex.check_windows(lambda i, s, n: (_win(i, s, n)[0], _win(i, s, n)[0] + 1)), "adds one")
 
 
 @pytest.mark.parametrize(
@@ -185,7 +161,7 @@ def test_windows_other_routes_pass(right):
     ],
 )
 def test_kv_cache_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_kv_cache_bytes(wrong), phrase)
+    rejected(ex.check_kv_cache_bytes(wrong), phrase)
 
 
 @pytest.mark.parametrize(
@@ -244,7 +220,7 @@ def _leak(lm, tokens, position, new, causal, part="before", mask_when=None, redu
     ],
 )
 def test_future_leak_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_future_leak(wrong), phrase)
+    rejected(ex.check_future_leak(wrong), phrase)
 
 
 def test_the_old_fixed_experiment_fails_on_the_checkers_models():
@@ -254,7 +230,7 @@ def test_the_old_fixed_experiment_fails_on_the_checkers_models():
         x = torch.randint(1, 10, (1, 8), generator=torch.Generator().manual_seed(2))
         return _leak(own, x, 5, int(x[0, 5]) % 9 + 1, causal)
 
-    _rejected(ex.check_future_leak(fixed), "must measure")
+    rejected(ex.check_future_leak(fixed), "must measure")
 
 
 def test_future_leak_other_route_passes():

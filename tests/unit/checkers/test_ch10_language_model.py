@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "10_language_model.ipynb"
-
 
 def _notebook_solution(name: str):
-    """The function `name` as the notebook's solution cell defines it (only its def, nothing it runs)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            lines, keep = [], False
-            for line in source.splitlines():
-                keep = line.startswith(("def ", " ", "\t")) or (keep and not line)
-                if keep:
-                    lines.append(line)
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
-            exec("\n".join(lines), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("10_language_model", name)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise ZeroDivisionError("float division by zero")
+_raises = raising(ZeroDivisionError("float division by zero"))
 
 
 @pytest.mark.parametrize(
@@ -75,7 +54,7 @@ LN2 = math.log(2)
     ],
 )
 def test_bits_per_char_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_bits_per_char(wrong), phrase)
+    rejected(ex.check_bits_per_char(wrong), phrase)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +108,7 @@ def _nucleus(probs, p, rule="before", order="sorted"):
     ],
 )
 def test_nucleus_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_nucleus_set(wrong), phrase)
+    rejected(ex.check_nucleus_set(wrong), phrase)
 
 
 def test_the_boundary_case_is_exact():
@@ -185,7 +164,7 @@ def _bits(lg, y, t):
     ],
 )
 def test_temperature_loss_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_temperature_loss(wrong), phrase)
+    rejected(ex.check_temperature_loss(wrong), phrase)
 
 
 def test_numbers_typed_from_the_first_input_fail_on_the_others():
@@ -193,7 +172,7 @@ def test_numbers_typed_from_the_first_input_fail_on_the_others():
     logits = torch.randn(2000, 12, generator=g) * 2.0
     targets = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
     typed = {t: _bits(logits, targets, t) for t in (0.5, 1.0, 2.0)}
-    _rejected(ex.check_temperature_loss(lambda lg, y, t: typed.get(t, 1.0)), "at temperature 0.8")
+    rejected(ex.check_temperature_loss(lambda lg, y, t: typed.get(t, 1.0)), "at temperature 0.8")
 
 
 @pytest.mark.parametrize(

@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import pytest
 import torch
-import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 from transformer_lib import recipes
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "11_transformer.ipynb"
 NUMBERS = ("00305", "61718", "7")  # fewer than the checker's own, to keep the suite fast
 
 
 def _notebook_solution(name: str, **names):
-    """The function `name` as the notebook's solution cell defines it (its print lines left out)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F, **names}
-            kept = [
-                line for line in source.splitlines() if not line.startswith(("print(", "with_", "without_", "assert"))
-            ]
-            exec("\n".join(kept), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("11_transformer", name, **names)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise IndexError("index 5 is out of bounds for dimension 1 with size 5")
+_raises = raising(IndexError("index 5 is out of bounds for dimension 1 with size 5"))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +59,7 @@ def test_the_notebook_solutions_of_the_trained_model_pass(numbers_model):
     ],
 )
 def test_shift_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_shift(wrong), phrase)
+    rejected(ex.check_shift(wrong), phrase)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +88,7 @@ def test_shift_other_routes_pass(right):
     ],
 )
 def test_loss_positions_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_loss_positions(wrong), phrase)
+    rejected(ex.check_loss_positions(wrong), phrase)
 
 
 def test_loss_positions_hints_say_what_differs_not_the_same_shape_twice():
@@ -158,7 +137,7 @@ def _greedy(model, src, bos, eos, n, keep_eos=True, stop=True, use_eos=None, use
 def test_greedy_mistakes_are_named(numbers_model, wrong, phrase):
     model, src_tok, tgt_tok, _, _ = numbers_model
     with torch.no_grad():
-        _rejected(ex.check_greedy(wrong, model, src_tok, tgt_tok, NUMBERS), phrase)
+        rejected(ex.check_greedy(wrong, model, src_tok, tgt_tok, NUMBERS), phrase)
 
 
 @pytest.mark.slow
@@ -212,14 +191,14 @@ def _accuracy(model, src, tgt, ablate, ignore_ablate=False, count_pad=False, no_
 )
 def test_memory_ablation_mistakes_are_named(numbers_model, wrong, phrase):
     model, _, _, src, tgt = numbers_model
-    _rejected(ex.check_memory_ablation(wrong, model, src, tgt), phrase)
+    rejected(ex.check_memory_ablation(wrong, model, src, tgt), phrase)
 
 
 @pytest.mark.slow
 def test_memory_ablation_rejects_numbers_measured_once_and_typed_in(numbers_model):
     model, _, _, src, tgt = numbers_model
     typed = {ablate: _accuracy(model, src, tgt, ablate) for ablate in (False, True)}
-    _rejected(ex.check_memory_ablation(lambda m, s, t, ablate: typed[ablate], model, src, tgt), "again")
+    rejected(ex.check_memory_ablation(lambda m, s, t, ablate: typed[ablate], model, src, tgt), "again")
 
 
 @pytest.mark.slow

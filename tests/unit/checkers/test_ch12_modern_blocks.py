@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
+from _mutation import notebook_solution, raising, rejected
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "12_modern_blocks.ipynb"
-
 
 def _notebook_solution(name: str):
-    """The function `name` as the notebook's solution cell defines it (its print lines left out)."""
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and f"def {name}(" in source:
-            namespace = {"tl": tl, "torch": torch, "math": math, "F": F}
-            exec("\n".join(line for line in source.splitlines() if not line.startswith("print(")), namespace)
-            return namespace[name]
-    raise LookupError(name)
+    return notebook_solution("12_modern_blocks", name)
 
 
-def _rejected(feedback: str, phrase: str) -> None:
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
-def _raises(*args):
-    raise RuntimeError("The size of tensor a (8) must match the size of tensor b (6)")
+_raises = raising(RuntimeError("The size of tensor a (8) must match the size of tensor b (6)"))
 
 
 @pytest.mark.parametrize(
@@ -74,11 +56,11 @@ def _ms(x):
     ],
 )
 def test_rms_norm_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_rms_norm(wrong), phrase)
+    rejected(ex.check_rms_norm(wrong), phrase)
 
 
 def test_rms_norm_right_only_for_one_width_fails_naming_the_input():
-    _rejected(ex.check_rms_norm(lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) / 8 + e).sqrt() * w), "(4, 6)")
+    rejected(ex.check_rms_norm(lambda x, w, e: x / (x.pow(2).sum(-1, keepdim=True) / 8 + e).sqrt() * w), "(4, 6)")
 
 
 @pytest.mark.parametrize(
@@ -132,13 +114,13 @@ def _rope(x, positions, adjacent=False, exponent=2.0, sign=1.0, arange=False, ba
     ],
 )
 def test_rotary_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_rotary(wrong), phrase)
+    rejected(ex.check_rotary(wrong), phrase)
 
 
 def test_rotary_refuses_the_library_call_however_it_was_imported():
     from transformer_lib.positional import apply_rotary
 
-    _rejected(ex.check_rotary(lambda x, p: apply_rotary(x, p)), "by hand")
+    rejected(ex.check_rotary(lambda x, p: apply_rotary(x, p)), "by hand")
     assert torch.equal(tl.apply_rotary(torch.ones(1, 2, 4), torch.zeros(2)), torch.ones(1, 2, 4))  # given back
 
 
@@ -181,7 +163,7 @@ def _accuracy(p, t, s, offset=None):
     ],
 )
 def test_position_accuracy_mistakes_are_named(wrong, phrase):
-    _rejected(ex.check_position_accuracy(wrong), phrase)
+    rejected(ex.check_position_accuracy(wrong), phrase)
 
 
 def test_no_shift_is_not_called_the_wrong_way():
