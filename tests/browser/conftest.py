@@ -8,6 +8,7 @@ under CI=true, where a missing browser is a failure.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -66,11 +67,46 @@ def page(browser, site_url):
             r.abort()
 
     pg.route("**/*", route)
+    pg.in_flight = set()  # requests sent and not yet finished or failed (settle() waits for none)
+    pg.on("request", lambda req: pg.in_flight.add(req))
+    pg.on("requestfinished", lambda req: pg.in_flight.discard(req))
+    pg.on("requestfailed", lambda req: pg.in_flight.discard(req))
     pg.on("requestfailed", lambda req: pg.failed_requests.append(req.url))
     pg.on("console", lambda msg: pg.console_errors.append(msg.text) if msg.type == "error" else None)
     pg.on("pageerror", lambda err: pg.console_errors.append(str(err)))
     yield pg
     context.close()
+
+
+_SETTLED = """async () => {
+    if (document.readyState !== "complete") await new Promise(r => addEventListener("load", r, {once: true}));
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+    await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));  // laid out: fonts requested
+    await document.fonts.ready;
+    return true;
+}"""
+
+
+def settle(page, timeout_s: float = 60.0) -> None:
+    """Wait until the page is loaded, typeset, its fonts are in and no request is in flight.
+
+    Playwright's "networkidle" waits for half a second of silence after the last request, on every
+    page; this waits for the events themselves, so a settled page costs no idle time. A request still
+    open after `timeout_s` fails the test and is named.
+    """
+    for attempt in range(3):  # a page that redirects (index.html) destroys the first context
+        try:
+            page.evaluate(_SETTLED)
+            break
+        except Exception as error:  # playwright's Error: "Execution context was destroyed" by a navigation
+            if "context was destroyed" not in str(error) or attempt == 2:
+                raise
+            page.wait_for_load_state("load")
+    deadline = time.monotonic() + timeout_s
+    while page.in_flight:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{page.url}: requests still open after {timeout_s:.0f} s: {[r.url for r in page.in_flight]}")
+        page.wait_for_timeout(20)
 
 
 def pytest_terminal_summary(terminalreporter, config):

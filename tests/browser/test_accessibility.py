@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .checks import toc_pages
-from .conftest import _missing
+from .conftest import _missing, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
@@ -37,7 +37,7 @@ def axe_script() -> str:
 def _violations(page, site_url: str, path: str, axe_script: str) -> list[dict]:
     response = page.goto(f"{site_url}/{path}", wait_until="load")
     assert response is not None and response.status == 200, f"{path} did not load"
-    page.wait_for_load_state("networkidle")
+    settle(page)
     if page.query_selector(".playground"):  # a playground: check it with its answer, controls and pictures drawn
         page.wait_for_function(
             "() => Object.values(window.playgroundTimings || {}).some(t => t.first_answer_ms >= 0)", timeout=120_000

@@ -19,7 +19,7 @@ from .checks import (
     repository_url,
     toc_pages,
 )
-from .conftest import ARTIFACTS, SITE
+from .conftest import ARTIFACTS, SITE, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ _LINK_CACHE: dict = {}
 def _open(page, site_url, path):
     response = page.goto(f"{site_url}/{path}", wait_until="load")
     assert response is not None and response.status == 200, f"{path} did not load"
-    page.wait_for_load_state("networkidle")
+    settle(page)
     return page
 
 

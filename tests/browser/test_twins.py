@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from .checks import network_problems, toc_pages
-from .conftest import SITE
+from .conftest import SITE, settle
 
 pytestmark = pytest.mark.browser
 TWIN_PAGES = (
@@ -24,7 +24,7 @@ def test_the_chapters_have_twins():
 @pytest.mark.parametrize("path", TWIN_PAGES)
 def test_every_twin_responds_to_its_slider(page, site_url, path):
     page.goto(f"{site_url}/{path}", wait_until="load")
-    page.wait_for_load_state("networkidle")
+    settle(page)
     sliders = page.query_selector_all("input.anim-slider")
     assert sliders, f"{path}: no slider found"
     for i, slider in enumerate(sliders):
