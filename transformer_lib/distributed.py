@@ -10,15 +10,13 @@ pass instead of training (the tests compare them with one process on the full ba
 
 torchrun's part is small: it starts one process per rank and tells each, in environment variables
 (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), who it is and where to meet the others.
-`launch` does the same from Python, which is how the training chapter runs it.
+Setting those by hand and starting the processes yourself works the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
-import sys
 from collections.abc import Iterator
 
 import torch
@@ -31,7 +29,7 @@ from .tokenization import CharTokenizer
 from .training import fit, lm_loss
 from .utils import set_seed
 
-__all__ = ["demo_model_and_batches", "shard", "train_worker", "launch", "main"]
+__all__ = ["demo_model_and_batches", "shard", "train_worker", "main"]
 
 
 def demo_model_and_batches(
@@ -91,33 +89,6 @@ def train_worker(steps: int = 20, batch_size: int = 16, backend: str = "gloo", s
         return (losses / world).tolist()
     finally:
         dist.destroy_process_group()
-
-
-def _rank(rank: int, world_size: int, port: int, steps: int, save_grads: str | None) -> None:
-    """One process started by `launch`: told who it is, as torchrun tells it, then train_worker."""
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="localhost", MASTER_PORT=str(port)
-    )
-    train_worker(steps=steps, save_grads=save_grads)
-
-
-def launch(nprocs: int = 2, steps: int = 20, save_grads: str | None = None, start_method: str | None = None) -> None:
-    """What `torchrun --standalone --nproc_per_node=nprocs` does, from Python: one train_worker per rank.
-
-    Each process gets its rank and the meeting point (a free local port) in its environment, then
-    joins the group. On Linux the processes are forked: each starts as a copy of this one, with
-    torch already imported, in milliseconds. Elsewhere they are spawned, fresh interpreters, as
-    torchrun's are. Raises torch.multiprocessing.ProcessRaisedException when a rank fails.
-    """
-    import torch.multiprocessing as mp
-
-    if nprocs < 1:
-        raise ValueError(f"nprocs must be at least 1, got {nprocs}")
-    with socket.socket() as s:  # a free port where the processes meet
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    method = start_method or ("fork" if sys.platform == "linux" else "spawn")
-    mp.start_processes(_rank, args=(nprocs, port, steps, save_grads), nprocs=nprocs, start_method=method)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -65,28 +65,3 @@ def test_the_script_refuses_to_run_outside_torchrun():
         env={k: v for k, v in os.environ.items() if k != "RANK"},
     )
     assert done.returncode != 0 and "torchrun" in done.stderr
-
-
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_launch_starts_ranks_as_torchrun_does(tmp_path, start_method):
-    from transformer_lib.distributed import launch
-
-    out = tmp_path / "grads.pt"
-    launch(nprocs=2, save_grads=str(out), start_method=start_method)
-    averaged = torch.load(out)
-    model, batches = demo_model_and_batches()
-    tl.lm_loss(model, next(batches)).backward()
-    assert set(averaged) == {name for name, _ in model.named_parameters()}
-    for name, p in model.named_parameters():
-        assert torch.allclose(averaged[name], p.grad, atol=1e-6, rtol=1e-4), name
-
-
-def test_launch_reports_a_failing_rank_and_refuses_no_processes(tmp_path):
-    from torch.multiprocessing import ProcessRaisedException
-
-    from transformer_lib.distributed import launch
-
-    with pytest.raises(ProcessRaisedException):  # rank 0 cannot write into a folder that does not exist
-        launch(nprocs=2, save_grads=str(tmp_path / "missing" / "grads.pt"), start_method="fork")
-    with pytest.raises(ValueError, match="at least 1"):
-        launch(nprocs=0)
