@@ -24,6 +24,7 @@ from reference import reference_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_NOTEBOOK, SUITE_MEAN = 6.0, 4.5  # the suite's budget: 4.5x per notebook on average
+MOVED = 0.10  # a reference that moved more than this between its two timings makes every ratio uncertain
 
 
 def run_notebook(path: Path) -> tuple[float, list[tuple[float, int, str]]]:
@@ -62,7 +63,12 @@ def main() -> None:
     results = [(path, *run_notebook(path)) for path in paths]
     after = reference_seconds()
     reference = (before + after) / 2
-    print(f"reference workload (nn.Transformer, 100 Adam steps): {before:.2f} s before, {after:.2f} s after")
+    spread = abs(after - before) / reference  # as the nbval report computes it
+    moved = f"  MOVED BY MORE THAN {MOVED:.0%}: the ratios below are uncertain" if spread > MOVED else ""
+    print(
+        f"reference workload (nn.Transformer, 100 Adam steps): {before:.2f} s before, {after:.2f} s after, "
+        f"spread {spread:.0%}{moved}"
+    )
     print(f"{'notebook':32} {'seconds':>8} {'ratio':>7}   budget {PER_NOTEBOOK:.0f}x")
     total = 0.0
     for path, seconds, cells in results:
