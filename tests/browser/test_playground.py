@@ -69,6 +69,16 @@ def _set_range(page, selector, value):
     page.eval_on_selector(selector, "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", str(value))
 
 
+def _write_greedy(page, prompt: str, new: int) -> str:
+    """Write `new` characters after `prompt` at temperature 0 on the language-model page; return the text."""
+    page.fill("#lm-prompt", prompt)
+    page.fill("#lm-length", str(new))
+    _set_range(page, "#lm-temperature", 0)
+    status = _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
+    assert status.startswith("Done"), status
+    return page.text_content("#lm-generated")
+
+
 def test_numbers_to_words_writes_pytorchs_greedy_words(page, site_url, expected, request):
     _open(page, site_url, "numbers_to_words", request)
     for number, words in expected["numbers_to_words"].items():
@@ -104,12 +114,8 @@ def test_numbers_to_words_cross_attention_rows_sum_to_one_for_every_head(page, s
 def test_language_model_at_temperature_0_writes_pytorchs_greedy_text(page, site_url, expected, request):
     _open(page, site_url, "shakespeare_char", request)
     for case in expected["shakespeare_char"]["greedy"]:
-        page.fill("#lm-prompt", case["prompt"])
-        page.fill("#lm-length", str(case["new"]))
-        _set_range(page, "#lm-temperature", 0)
-        status = _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
-        assert status.startswith("Done"), status
-        assert page.text_content("#lm-generated") == case["text"], f"{case['prompt']!r}: not PyTorch's greedy text"
+        text = _write_greedy(page, case["prompt"], case["new"])
+        assert text == case["text"], f"{case['prompt']!r}: not PyTorch's greedy text"
         chosen = page.eval_on_selector_all("#lm-candidates tbody tr", "rows => rows.map(r => r.className)")
         assert chosen[0] == "playground-chosen"  # greedy takes the likeliest, the table's first row
     assert not network_problems(page)
@@ -124,12 +130,8 @@ def test_language_model_keeps_a_kv_cache_and_writes_the_longest_text_as_pytorch(
     for query, fed in (("", [len(case["prompt"])] + [1] * (case["new"] - 1)), ("?cache=0", None)):
         page.goto(f"{site_url}/book/playground/language_model.html{query}", wait_until="load")
         page.wait_for_function(ANSWERED, arg="shakespeare_char", timeout=120_000)
-        page.fill("#lm-prompt", case["prompt"])
-        page.fill("#lm-length", str(case["new"]))
-        _set_range(page, "#lm-temperature", 0)
-        status = _status_after(page, "lm-status", lambda: page.click("#lm-generate"))
-        assert status.startswith("Done"), status
-        assert page.text_content("#lm-generated") == case["text"], f"{query or 'with the cache'}: not PyTorch's text"
+        text = _write_greedy(page, case["prompt"], case["new"])
+        assert text == case["text"], f"{query or 'with the cache'}: not PyTorch's text"
         run = page.evaluate("() => window.playgroundTimings.shakespeare_char.last_run")
         without = list(range(len(case["prompt"]), meta["shakespeare_char"]["max_len"]))  # the whole text each step
         assert run["cache"] == (query == "") and run["fed"] == (fed or without), run["fed"]
