@@ -143,13 +143,16 @@ def slider_figure(
     dpi: int = 72,
     interval_ms: int = 700,
 ) -> SliderFigure:
-    """Render draw(fig, value) for each value into a slider animation (FuncAnimation.to_jshtml).
+    """Render draw(fig, value) for each value into a slider animation (matplotlib's HTMLWriter player).
 
     The result is plain HTML with the frames embedded, so the slider works on a static website.
     `alt` describes the frames for screen readers. Raises ValueError when there are more values
     than `frame_budget` or the HTML would weigh more than `size_budget` bytes.
     """
-    from matplotlib.animation import FuncAnimation
+    import tempfile
+    from pathlib import Path
+
+    from matplotlib.animation import HTMLWriter
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     values = list(values)
@@ -161,14 +164,20 @@ def slider_figure(
         )
     fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)  # a canvas of its own: never shown by pyplot, no global state touched
-
-    def update(i: int):
-        fig.clear()
-        draw(fig, values[i])
-        return []
-
-    animation = FuncAnimation(fig, update, frames=len(values), interval=interval_ms, repeat=False)
-    html = animation.to_jshtml(default_mode="once")
+    # The writer's own loop, not FuncAnimation.to_jshtml: that draws every frame three times (its
+    # idle redraw, then the save), where one savefig per frame is all the player needs.
+    writer = HTMLWriter(fps=1000 / interval_ms, embed_frames=True, default_mode="once")
+    with tempfile.TemporaryDirectory() as folder:
+        page = Path(folder, "slider.html")
+        with writer.saving(fig, page, dpi):
+            for value in values:
+                fig.clear()
+                draw(fig, value)
+                writer.grab_frame()
+        html = page.read_text()
+    kept = html.count("data:image/png;base64,")  # the writer drops frames past matplotlib's embed limit
+    if kept != len(values):
+        raise ValueError(f"only {kept} of {len(values)} frames fit matplotlib's embed limit (animation.embed_limit)")
     alt = alt or f"A figure with a slider over {label}: {len(values)} pre-rendered frames."
     twin = SliderFigure(_offline_player(html, alt, label), len(values), label)
     if twin.size > size_budget:
