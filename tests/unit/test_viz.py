@@ -121,8 +121,9 @@ def test_slider_figure_renders_frames_and_enforces_budgets():
 
 def test_slider_figure_draws_each_frame_once_and_in_order():
     drawn = []
-    twin = viz.slider_figure(lambda fig, position: (drawn.append(position), _draw_pe_row(fig, position)), [3, 0, 2],
-                             figsize=(3, 2), dpi=50)
+    twin = viz.slider_figure(
+        lambda fig, position: (drawn.append(position), _draw_pe_row(fig, position)), [3, 0, 2], figsize=(3, 2), dpi=50
+    )
     assert drawn == [3, 0, 2], "one draw per value: drawing is most of a slider figure's cost"
     frames = re.findall(r'frames\[(\d+)\] = "data:image/png;base64,', twin.html)
     assert frames == ["0", "1", "2"]
