@@ -43,6 +43,9 @@ def main() -> None:
             transformer_lib_version=tl.__version__,
         )
         print(f"{name}: {len(history.steps)} steps in {history.seconds:.1f} s, {history.evals[-1]} -> {path}")
+        if name == "shakespeare_bpe":  # its tokenizer ships beside it, so that loading the data trains nothing
+            merges = tl.train_bpe(tl.corpus.shakespeare("train"), recipes.SHAKESPEARE_MERGES)
+            merges.save(recipes.shakespeare_bpe_path())
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from .tasks import (
     numbers_to_words_task,
     split_data,
 )
-from .tokenization import BPETokenizer, CharTokenizer, WordTokenizer, train_bpe
+from .tokenization import BPETokenizer, CharTokenizer, WordTokenizer, load_bpe
 from .training import (
     History,
     classification_accuracy,
@@ -41,6 +41,7 @@ from .training import (
 __all__ = [
     "bracket_classifier_data",
     "numbers_to_words_data",
+    "shakespeare_bpe_path",
     "shakespeare_data",
     "shakespeare_lm",
     "SHAKESPEARE_BLOCK",
@@ -153,17 +154,26 @@ SHAKESPEARE_MERGES = 500  # the BPE language model's vocabulary: 256 bytes + 500
 SHAKESPEARE_BLOCK = 128  # tokens of context in both Shakespeare models
 
 
+def shakespeare_bpe_path():
+    """Where the BPE model's tokenizer ships: next to its weights, as JSON (tl.load_bpe reads it)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "shakespeare_bpe.tokenizer.json"
+
+
 def shakespeare_data(level: str) -> tuple[CharTokenizer | BPETokenizer, torch.Tensor, torch.Tensor]:
     """The language-model chapter's data at 'char' or 'bpe' level: (tokenizer, train ids (N,), validation ids (M,)).
 
     Characters get a CharTokenizer over the training plays (a character that only the held-out play
-    uses becomes <unk>); BPE is tl.train_bpe on the training plays with SHAKESPEARE_MERGES merges.
+    uses becomes <unk>). BPE is tl.train_bpe on the training plays with SHAKESPEARE_MERGES merges:
+    training takes about a second, so the result ships next to the model (shakespeare_bpe_path(),
+    written by tools/train_checkpoints.py) and a unit test re-trains it and compares.
     """
     train, valid = corpus.shakespeare("train"), corpus.shakespeare("validation")
     if level == "char":
         tok = CharTokenizer.from_texts([train])
     elif level == "bpe":
-        tok = train_bpe(train, SHAKESPEARE_MERGES)
+        tok = load_bpe(shakespeare_bpe_path())
     else:
         raise ValueError(f"level must be 'char' or 'bpe', got {level!r}")
     return tok, torch.tensor(tok.encode(train)), torch.tensor(tok.encode(valid))

@@ -14,6 +14,14 @@ def test_every_recipe_has_a_shipped_checkpoint_and_back():
     assert shipped == sorted(recipes.RECIPES), "run `python tools/train_checkpoints.py` after changing a recipe"
 
 
+def test_the_shipped_bpe_tokenizer_is_the_one_its_recipe_trains():
+    """shakespeare_data("bpe") loads merges instead of training them; training them again gives the same."""
+    shipped, train_ids, _ = recipes.shakespeare_data("bpe")
+    trained = tl.train_bpe(tl.corpus.shakespeare("train"), recipes.SHAKESPEARE_MERGES)
+    assert shipped == trained and shipped.vocab_size == 256 + recipes.SHAKESPEARE_MERGES
+    assert torch.equal(train_ids, torch.tensor(trained.encode(tl.corpus.shakespeare("train"))))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
 def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
