@@ -10,6 +10,7 @@ compares their losses with the ones the checkpoint recorded.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -154,7 +155,7 @@ SHAKESPEARE_MERGES = 500  # the BPE language model's vocabulary: 256 bytes + 500
 SHAKESPEARE_BLOCK = 128  # tokens of context in both Shakespeare models
 
 
-def shakespeare_bpe_path():
+def shakespeare_bpe_path() -> Path:
     """Where the BPE model's tokenizer ships: next to its weights, as JSON (tl.load_bpe reads it)."""
     from .checkpoints import CHECKPOINT_DIR
 

@@ -164,8 +164,8 @@ def slider_figure(
         )
     fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)  # a canvas of its own: never shown by pyplot, no global state touched
-    # The writer's own loop, not FuncAnimation.to_jshtml: that draws every frame three times (its
-    # idle redraw, then the save), where one savefig per frame is all the player needs.
+    # The writer's own loop, not FuncAnimation.to_jshtml: that draws each frame twice (an idle
+    # redraw, then the save) and the first one once more, where one savefig per frame is enough.
     writer = HTMLWriter(fps=1000 / interval_ms, embed_frames=True, default_mode="once")
     with tempfile.TemporaryDirectory() as folder:
         page = Path(folder, "slider.html")
