@@ -14,7 +14,7 @@ suite, <= 4.5x times the number of notebooks (58.5x for thirteen).
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 from pathlib import Path
 
 import nbformat
@@ -23,7 +23,11 @@ from nbclient import NotebookClient
 from reference import reference_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from notebook_runner import run_cells  # noqa: E402
+
 PER_NOTEBOOK, SUITE_MEAN = 6.0, 4.5  # the suite's budget: 4.5x per notebook on average
+CELL_TIMEOUT = 300  # seconds a cell may run, as make test's --nbval-cell-timeout
 MOVED = 0.10  # a reference that moved more than this between its two timings makes every ratio uncertain
 
 
@@ -33,24 +37,13 @@ def run_notebook(path: Path) -> tuple[float, list[tuple[float, int, str]]]:
     nb.cells = [c for c in nb.cells if "nbval-skip" not in c.metadata.get("tags", [])]
     client = NotebookClient(
         nb,
-        timeout=600,
+        timeout=CELL_TIMEOUT,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
         shutdown_kernel="immediate",  # as nbval does
     )
-    cells: list[tuple[float, int, str]] = []
-    start = time.perf_counter()
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            t0 = time.perf_counter()
-            client.execute_cell(cell, index)
-            first = next((line for line in cell.source.splitlines() if not line.startswith("#")), "")
-            cells.append((time.perf_counter() - t0, index, first[:70]))
-        seconds = time.perf_counter() - start  # the last cell's end: the kernel's shutdown is not counted
-    return seconds, cells
+    return run_cells(client, path.name)
 
 
 def main() -> None:
