@@ -1,0 +1,163 @@
+"""transformer_lib.inside: what it captures adds up by hand and equals Hugging Face's hidden states and attentions."""
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib import inside
+from transformer_lib.hf import to_hf
+
+GPT2_LIKE = dict(
+    norm_first=True, positional="learned", activation="gelu_tanh", scale_embedding=False, tie_embeddings=True
+)
+LLAMA_LIKE = dict(norm_first=True, norm="rms", positional="rope", activation="swiglu", d_ff=48, num_kv_heads=2,
+                  bias=False, tie_embeddings=False, scale_embedding=False)  # fmt: skip
+
+
+def _lm(seed=0, **fields):
+    torch.manual_seed(seed)
+    config = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    return tl.DecoderOnlyLM(**(config | fields)).eval()
+
+
+def _tokens(B=2, T=11, seed=1):
+    return torch.randint(0, 50, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_the_residual_stream_adds_up_and_the_heads_sum_to_the_attention_output(norm_first):
+    model = _lm(norm_first=norm_first)
+    x = _tokens()
+    logits, cache = inside.run_with_cache(model, x)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(x))  # capturing changes nothing
+    assert set(cache) == set(inside.hook_points(model))
+    for i, layer in enumerate(model.decoder.layers):
+        p = f"decoder.layers.{i}"
+        pre, attn, mid = cache[f"{p}.resid_pre"], cache[f"{p}.self_attn.out"], cache[f"{p}.self_attn.resid"]
+        ff, post = cache[f"{p}.feed_forward.out"], cache[f"{p}.resid_post"]
+        with torch.no_grad():
+            if norm_first:  # pre-LN: each sublayer's output is added to the stream as it is
+                torch.testing.assert_close(mid, pre + attn)
+                torch.testing.assert_close(post, mid + ff)
+            else:  # post-LN: added, then normalised
+                torch.testing.assert_close(mid, layer.norm1(pre + attn))
+                torch.testing.assert_close(post, layer.norm3(mid + ff))
+        assert torch.equal(cache[f"{p}.feed_forward.resid"], post)
+        if i:
+            assert torch.equal(pre, cache[f"decoder.layers.{i - 1}.resid_post"])
+        heads = cache[f"{p}.self_attn.heads"]  # (B, T, h, d_k)
+        assert heads.shape == (2, 11, 4, 8)
+        parts = inside.head_contributions(model, cache, f"{p}.self_attn.heads")  # (B, T, h, d)
+        torch.testing.assert_close(parts.sum(2) + layer.self_attn.out_proj.bias, attn, atol=1e-5, rtol=1e-5)
+        pattern = cache[f"{p}.self_attn.pattern"]  # (B, h, T, T): causal, rows sum to 1
+        assert pattern.shape == (2, 4, 11, 11) and torch.allclose(pattern.sum(-1), torch.ones(2, 4, 11))
+        assert torch.all(pattern.triu(1) == 0)
+        # the pattern times the values is each head's output
+        v = layer.self_attn.split_heads(layer.self_attn.v_proj(layer.norm1(pre) if norm_first else pre))
+        with torch.no_grad():
+            torch.testing.assert_close((pattern @ v).transpose(1, 2), heads, atol=1e-5, rtol=1e-5)
+
+
+def test_an_encoder_decoder_has_every_point_and_cross_attention():
+    torch.manual_seed(0)
+    model = tl.Transformer(vocab_size=20, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).eval()
+    src, tgt = torch.randint(1, 20, (2, 7)), torch.randint(1, 20, (2, 5))
+    out, cache = inside.run_with_cache(model, src, tgt)
+    assert cache["decoder.layers.0.cross_attn.pattern"].shape == (2, 2, 5, 7)
+    assert cache["encoder.layers.0.self_attn.pattern"].shape == (2, 2, 7, 7)
+    mid, cross = cache["decoder.layers.0.self_attn.resid"], cache["decoder.layers.0.cross_attn.out"]
+    with torch.no_grad():  # post-LN by default
+        torch.testing.assert_close(
+            cache["decoder.layers.0.cross_attn.resid"], model.decoder.layers[0].norm2(mid + cross)
+        )
+    assert list(cache) and set(cache) == set(inside.hook_points(model))
+
+
+def _eager(hf_model):
+    hf_model.config._attn_implementation = "eager"  # the attention weights are returned by eager attention only
+    return hf_model
+
+
+@pytest.mark.parametrize("fields", [GPT2_LIKE, LLAMA_LIKE], ids=["gpt2", "llama"])
+def test_residual_streams_and_patterns_equal_hugging_face_hidden_states_and_attentions(fields):
+    ours = _lm(**fields)
+    if ours.head.bias is not None:
+        torch.nn.init.zeros_(ours.head.bias)  # GPT-2 and Llama have none
+    theirs = _eager(to_hf(ours))
+    x = _tokens()
+    logits, cache = inside.run_with_cache(ours, x)
+    with torch.no_grad():
+        out = theirs(x, output_hidden_states=True, output_attentions=True)
+    n = len(ours.decoder.layers)
+    assert len(out.hidden_states) == n + 1 and len(out.attentions) == n
+    for i in range(n):  # hidden_states[i] enters layer i; the last one has been through the final norm
+        torch.testing.assert_close(cache[f"decoder.layers.{i}.resid_pre"], out.hidden_states[i], atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[f"decoder.layers.{i}.self_attn.pattern"], out.attentions[i], atol=1e-5, rtol=0)
+    with torch.no_grad():
+        final = ours.decoder.norm(cache[f"decoder.layers.{n - 1}.resid_post"])
+    torch.testing.assert_close(final, out.hidden_states[n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, out.logits, atol=1e-5, rtol=0)
+
+
+def test_zero_ablating_a_head_equals_zeroing_its_columns_of_the_output_projection():
+    model = _lm(**GPT2_LIKE)
+    x = _tokens()
+    with inside.intervene(model, {"decoder.layers.1.self_attn.heads": inside.zero_heads(2)}), torch.no_grad():
+        ablated = model(x)
+    w = model.decoder.layers[1].self_attn.out_proj.weight
+    saved = w.detach().clone()
+    with torch.no_grad():
+        w[:, 16:24] = 0.0  # head 2 of 4, d_k = 8
+        by_weights = model(x)
+        w.copy_(saved)
+        again = model(x)
+    torch.testing.assert_close(ablated, by_weights, atol=1e-5, rtol=0)
+    assert not torch.allclose(ablated, again), "the ablation must change the output"
+    assert torch.equal(again, model(x).detach()), "intervene must leave the model as it was"
+
+
+def test_patching_everything_from_another_run_gives_that_run_and_patching_a_position_changes_only_later_ones():
+    model = _lm(**LLAMA_LIKE)
+    clean, corrupt = _tokens(seed=1), _tokens(seed=2)
+    clean_logits, clean_cache = inside.run_with_cache(model, clean)
+    name = "decoder.layers.1.resid_pre"
+    with inside.intervene(model, {name: inside.patch(clean_cache[name])}), torch.no_grad():
+        torch.testing.assert_close(model(corrupt), clean_logits)  # the whole stream from the clean run
+    with torch.no_grad():
+        corrupt_logits = model(corrupt)
+    with inside.intervene(model, {name: inside.patch(clean_cache[name], positions=[5])}), torch.no_grad():
+        patched = model(corrupt)
+    assert torch.equal(patched[:, :5], corrupt_logits[:, :5])  # causal: earlier positions cannot see position 5
+    assert not torch.allclose(patched[:, 5:], corrupt_logits[:, 5:])
+    heads = "decoder.layers.0.self_attn.heads"
+    with inside.intervene(model, {heads: inside.patch(clean_cache[heads], positions=[3, 4], heads=[1])}):
+        _, cache = inside.run_with_cache(model, corrupt)
+    got, src = cache[heads], clean_cache[heads]
+    assert torch.equal(got[:, [3, 4], 1], src[:, [3, 4], 1])
+    _, corrupt_cache = inside.run_with_cache(model, corrupt)
+    assert torch.equal(got[:, [3, 4], 0], corrupt_cache[heads][:, [3, 4], 0])  # other heads left alone
+
+
+def test_mean_ablation_writes_the_mean_and_bad_requests_say_what_was_expected():
+    model = _lm()
+    x = _tokens()
+    _, cache = inside.run_with_cache(model, x, names=["decoder.layers.0.self_attn.heads"])
+    assert list(cache) == ["decoder.layers.0.self_attn.heads"]
+    mean = cache["decoder.layers.0.self_attn.heads"].mean(dim=(0, 1))  # (h, d_k): over the batch and positions
+    with inside.intervene(model, {"decoder.layers.0.self_attn.heads": inside.mean_heads([0, 3], mean)}):
+        _, after = inside.run_with_cache(model, x)
+    got = after["decoder.layers.0.self_attn.heads"]
+    assert torch.equal(got[:, :, 0], mean[0].expand(2, 11, 8)) and torch.equal(got[:, :, 3], mean[3].expand(2, 11, 8))
+    with pytest.raises(KeyError, match="no hook point"):
+        with inside.capture(model, ["decoder.layers.9.resid_pre"]):
+            pass
+    with pytest.raises(ValueError, match=r"must return a tensor of shape \(2, 11, 32\), got \(2, 32\)"):
+        with inside.intervene(model, {"decoder.layers.0.resid_post": lambda v: v[:, 0]}), torch.no_grad():
+            model(x)
+    with pytest.raises(ValueError, match="can be read"):
+        with inside.intervene(model, {"decoder.layers.0.self_attn.pattern": lambda v: v}):
+            pass
+    with pytest.raises(TypeError, match="no EncoderLayer or DecoderLayer"):
+        inside.hook_points(torch.nn.Linear(2, 2))
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "every hook is removed"

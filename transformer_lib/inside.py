@@ -1,0 +1,262 @@
+"""Looking inside a model: capture what each layer computes, and change it, with PyTorch's own hooks.
+
+One forward pass of any of our models (`Transformer`, `DecoderOnlyLM`, `EncoderClassifier`) records,
+keyed by the layer's module name (``"decoder.layers.0"``):
+
+    "<layer>.resid_pre"            (B, T, d)        the residual stream entering the layer
+    "<layer>.<sublayer>.out"       (B, T, d)        what the sublayer adds (self_attn, cross_attn, feed_forward)
+    "<layer>.<sublayer>.resid"     (B, T, d)        the residual stream once that output is in (post-LN: normalised)
+    "<layer>.<attention>.heads"    (B, T, h, d_k)   every head's output, before the output projection mixes them
+    "<layer>.<attention>.pattern"  (B, h, T, T_k)   every head's attention weights
+    "<layer>.resid_post"           (B, T, d)        the residual stream leaving the layer
+
+Nothing computes the forward pass a second time: the values are what the model's own modules
+received and returned. `head_contributions` turns "heads" into what each head writes into the
+residual stream (they sum, with out_proj's bias, to "out"). `intervene` changes the same points
+during a forward pass: ablate a head, patch a head, a position or a whole layer from another run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .decoder import DecoderLayer
+from .encoder import EncoderLayer
+
+__all__ = [
+    "capture",
+    "run_with_cache",
+    "intervene",
+    "head_contributions",
+    "hook_points",
+    "zero_heads",
+    "mean_heads",
+    "patch",
+]
+
+_Edit = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _sublayers(layer: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
+    """(name, sublayer, its norm) in the order the layer runs them."""
+    if isinstance(layer, EncoderLayer):
+        return [("self_attn", layer.self_attn, layer.norm1), ("feed_forward", layer.feed_forward, layer.norm2)]
+    out = [("self_attn", layer.self_attn, layer.norm1)]
+    if layer.cross_attn is not None:
+        out.append(("cross_attn", layer.cross_attn, layer.norm2))
+    return [*out, ("feed_forward", layer.feed_forward, layer.norm3)]
+
+
+def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, (EncoderLayer, DecoderLayer))]
+    if not layers:
+        raise TypeError(f"{type(model).__name__} has no EncoderLayer or DecoderLayer to look inside")
+    return layers
+
+
+def hook_points(model: nn.Module) -> list[str]:
+    """Every name `capture` fills and `intervene` accepts, in the order of the forward pass."""
+    names = []
+    for prefix, layer in _layers(model):
+        names.append(f"{prefix}.resid_pre")
+        for sub, module, _ in _sublayers(layer):
+            if isinstance(module, MultiHeadAttention):
+                names += [f"{prefix}.{sub}.pattern", f"{prefix}.{sub}.heads"]
+            names += [f"{prefix}.{sub}.out", f"{prefix}.{sub}.resid"]
+        names.append(f"{prefix}.resid_post")
+    return names
+
+
+def _resid_hooks(prefix: str, layer: nn.Module, record: Callable[[str, torch.Tensor], None]) -> list:
+    """Hooks that record the residual stream after each sublayer, read where the layer itself has it."""
+    handles = []
+    subs = _sublayers(layer)
+    for i, (sub, _, norm) in enumerate(subs):
+        name = f"{prefix}.{sub}.resid"
+        if not layer.config.norm_first:  # post-LN: the norm's output is the residual stream
+            handles.append(norm.register_forward_hook(lambda m, a, out, name=name: record(name, out)))
+        elif i + 1 < len(subs):  # pre-LN: the next sublayer's norm reads the residual stream
+            nxt = subs[i + 1][2]
+            handles.append(nxt.register_forward_pre_hook(lambda m, args, name=name: record(name, args[0])))
+        else:  # pre-LN, last sublayer: the layer's output
+            handles.append(layer.register_forward_hook(lambda m, a, out, name=name: record(name, out)))
+    return handles
+
+
+@contextmanager
+def capture(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Within the block, record every hook point (or only `names`) of each forward pass; detached tensors.
+
+    A second forward pass in the same block overwrites the first one's values. Attention patterns
+    make the attention modules take their step-by-step path (as capture_attention does).
+    """
+    wanted = set(hook_points(model) if names is None else names)
+    unknown = wanted - set(hook_points(model))
+    if unknown:
+        raise KeyError(f"no hook point {sorted(unknown)}; hook_points(model) lists them")
+    cache: dict[str, torch.Tensor] = {}
+
+    def record(name: str, value: torch.Tensor) -> None:
+        if name in wanted:
+            cache[name] = value.detach()
+
+    handles, kept = [], []
+    try:
+        for prefix, layer in _layers(model):
+            handles.append(layer.register_forward_pre_hook(lambda m, args, p=prefix: record(f"{p}.resid_pre", args[0])))
+            handles.append(layer.register_forward_hook(lambda m, a, out, p=prefix: record(f"{p}.resid_post", out)))
+            handles += _resid_hooks(prefix, layer, record)
+            for sub, module, _ in _sublayers(layer):
+                name = f"{prefix}.{sub}"
+                if isinstance(module, MultiHeadAttention):
+                    handles.append(module.register_forward_hook(lambda m, a, out, n=name: record(f"{n}.out", out[0])))
+                    handles.append(
+                        module.out_proj.register_forward_pre_hook(
+                            lambda m, args, n=name, mha=module: record(
+                                f"{n}.heads",
+                                args[0].unflatten(-1, (mha.num_heads, mha.d_k)),  # (B, T, h, d_k)
+                            )
+                        )
+                    )
+                    if f"{name}.pattern" in wanted:
+                        kept.append((module, module.keep_weights))
+                        module.keep_weights = True
+                        handles.append(
+                            module.register_forward_hook(
+                                lambda m, a, out, n=name: record(f"{n}.pattern", m.last_weights)
+                            )
+                        )
+                else:
+                    handles.append(module.register_forward_hook(lambda m, a, out, n=name: record(f"{n}.out", out)))
+        yield cache
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, before in kept:
+            module.keep_weights, module.last_weights = before, None
+
+
+def run_with_cache(model: nn.Module, *inputs, names: Sequence[str] | None = None, **kwargs):
+    """model(*inputs, **kwargs) without gradients; returns (its output, the captured dict)."""
+    with capture(model, names) as cache, torch.no_grad():
+        output = model(*inputs, **kwargs)
+    return output, cache
+
+
+def head_contributions(model: nn.Module, cache: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """What each head writes into the residual stream: "<attention>.heads" (B, T, h, d_k) -> (B, T, h, d).
+
+    Head i's output times its d_k columns of out_proj.weight; the h contributions plus out_proj's
+    bias sum to "<attention>.out".
+    """
+    if not name.endswith(".heads"):
+        raise ValueError(f"head_contributions needs a '.heads' hook point, got {name!r}")
+    mha = model.get_submodule(name.removesuffix(".heads"))
+    heads = cache[name]  # (B, T, h, d_k)
+    w = mha.out_proj.weight.detach().view(mha.d_model, mha.num_heads, mha.d_k)  # (d, h, d_k): columns by head
+    return torch.einsum("bthk,dhk->bthd", heads, w)  # (B, T, h, d)
+
+
+@contextmanager
+def intervene(model: nn.Module, edits: dict[str, _Edit]) -> Iterator[None]:
+    """Within the block, replace a hook point's value by edit(value) in every forward pass.
+
+    Editable points: "<layer>.resid_pre", "<layer>.resid_post", "<layer>.<sublayer>.out" and
+    "<layer>.<attention>.heads" (B, T, h, d_k); see zero_heads, mean_heads and patch for edits.
+    An edit must return a tensor of the shape it was given.
+    """
+    points = set(hook_points(model))
+    handles = []
+
+    def checked(name: str, edit: _Edit, value: torch.Tensor) -> torch.Tensor:
+        new = edit(value)
+        if not isinstance(new, torch.Tensor) or new.shape != value.shape:
+            got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+            raise ValueError(f"the edit of {name} must return a tensor of shape {tuple(value.shape)}, got {got}")
+        return new
+
+    try:
+        for name, edit in edits.items():
+            if name not in points:
+                raise KeyError(f"no hook point {name!r}; hook_points(model) lists them")
+            where, what = name.rsplit(".", 1)
+            module = model.get_submodule(where)
+            if what == "resid_pre":
+                hook = lambda m, args, n=name, e=edit: (checked(n, e, args[0]), *args[1:])  # noqa: E731
+                handles.append(module.register_forward_pre_hook(hook))
+            elif what == "resid_post":
+                handles.append(module.register_forward_hook(lambda m, a, out, n=name, e=edit: checked(n, e, out)))
+            elif what == "out" and isinstance(module, MultiHeadAttention):
+                hook = lambda m, a, out, n=name, e=edit: (checked(n, e, out[0]), out[1])  # noqa: E731
+                handles.append(module.register_forward_hook(hook))
+            elif what == "out":
+                handles.append(module.register_forward_hook(lambda m, a, out, n=name, e=edit: checked(n, e, out)))
+            elif what == "heads":
+
+                def hook(m, args, n=name, e=edit, mha=module):
+                    heads = args[0].unflatten(-1, (mha.num_heads, mha.d_k))  # (B, T, h, d_k)
+                    return (checked(n, e, heads).flatten(-2),)  # (B, T, h * d_k)
+
+                handles.append(module.out_proj.register_forward_pre_hook(hook))
+            else:
+                raise ValueError(f"{name} can be read (capture) but not edited")
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _head_index(heads: int | Sequence[int]) -> list[int]:
+    return [heads] if isinstance(heads, int) else list(heads)
+
+
+def zero_heads(heads: int | Sequence[int]) -> _Edit:
+    """An edit for "<attention>.heads": these heads output zeros (zero ablation)."""
+    index = _head_index(heads)
+
+    def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, h, d_k)
+        out = value.clone()
+        out[:, :, index] = 0.0
+        return out
+
+    return edit
+
+
+def mean_heads(heads: int | Sequence[int], mean: torch.Tensor) -> _Edit:
+    """An edit for "<attention>.heads": these heads output `mean` (h, d_k) or (T, h, d_k), e.g. over a dataset."""
+    index = _head_index(heads)
+
+    def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, h, d_k)
+        out = value.clone()
+        out[:, :, index] = mean.to(value)[..., index, :].expand_as(out[:, :, index])
+        return out
+
+    return edit
+
+
+def patch(source: torch.Tensor, positions: int | Sequence[int] | None = None, heads=None) -> _Edit:
+    """An edit that copies `source` (the same hook point, captured on another input) into this run.
+
+    positions: only these positions (dim 1); heads: only these heads (dim 2, for "<attention>.heads").
+    Both default to everything.
+    """
+
+    def edit(value: torch.Tensor) -> torch.Tensor:
+        if source.shape != value.shape:
+            raise ValueError(f"the patch's source has shape {tuple(source.shape)}, the run {tuple(value.shape)}")
+        rows = torch.arange(value.shape[1]) if positions is None else torch.tensor(_head_index(positions))
+        out = value.clone()
+        if heads is None:
+            out[:, rows] = source.to(value)[:, rows]
+        else:
+            cols = torch.tensor(_head_index(heads))
+            at = (slice(None), rows[:, None], cols[None, :])  # every (position, head) pair: (P, H)
+            out[at] = source.to(value)[at]
+        return out
+
+    return edit
