@@ -168,7 +168,8 @@ def intervene(model: nn.Module, edits: dict[str, _Edit]) -> Iterator[None]:
 
     Editable points: "<layer>.resid_pre", "<layer>.resid_post", "<layer>.<sublayer>.out" and
     "<layer>.<attention>.heads" (B, T, h, d_k); see zero_heads, mean_heads and patch for edits.
-    An edit must return a tensor of the shape it was given.
+    An edit must return a tensor of the shape it was given. Hooks run in the order they were added:
+    open `capture` inside `intervene` (as run_with_cache within the block does) to record the edited values.
     """
     points = set(hook_points(model))
     handles = []
