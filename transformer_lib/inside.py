@@ -142,7 +142,7 @@ def capture(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[di
 
 
 def run_with_cache(model: nn.Module, *inputs, names: Sequence[str] | None = None, **kwargs):
-    """model(*inputs, **kwargs) without gradients; returns (its output, the captured dict)."""
+    """``model(*inputs, **kwargs)`` without gradients; returns (its output, the captured dict)."""
     with capture(model, names) as cache, torch.no_grad():
         output = model(*inputs, **kwargs)
     return output, cache
