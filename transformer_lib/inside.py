@@ -34,6 +34,8 @@ __all__ = [
     "intervene",
     "head_contributions",
     "hook_points",
+    "logit_lens",
+    "head_scores",
     "zero_heads",
     "mean_heads",
     "patch",
@@ -160,6 +162,37 @@ def head_contributions(model: nn.Module, cache: dict[str, torch.Tensor], name: s
     heads = cache[name]  # (B, T, h, d_k)
     w = mha.out_proj.weight.detach().view(mha.d_model, mha.num_heads, mha.d_k)  # (d, h, d_k): columns by head
     return torch.einsum("bthk,dhk->bthd", heads, w)  # (B, T, h, d)
+
+
+def logit_lens(model: nn.Module, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A DecoderOnlyLM's residual stream after each layer, read as logits: (num_layers, B, T, V).
+
+    Each "<layer>.resid_post" goes through the final norm and the output layer, as the last one
+    does in the forward pass: the last row equals the model's logits.
+    """
+    from .models import DecoderOnlyLM
+
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"logit_lens reads a DecoderOnlyLM's stream through its head, got {type(model).__name__}")
+    norm = model.decoder.norm if model.decoder.norm is not None else nn.Identity()
+    with torch.no_grad():
+        streams = [cache[f"decoder.layers.{i}.resid_post"] for i in range(len(model.decoder.layers))]
+        return torch.stack([model.head(norm(x)) for x in streams])  # (L, B, T, V)
+
+
+def head_scores(pattern: torch.Tensor, offset: int) -> torch.Tensor:
+    """Each head's mean attention from position t to position t - offset: pattern (B, h, T, T_k) -> (h,).
+
+    offset 1 scores previous-token heads. On a random block of n tokens shown twice, offset n - 1
+    scores induction heads: in the second copy, the key just after this token's first occurrence.
+    Only query positions t >= offset count.
+    """
+    if pattern.dim() != 4 or not 1 <= offset < pattern.shape[-2]:
+        raise ValueError(
+            f"pattern must be (B, h, T, T_k) with 1 <= offset < T, got shape {tuple(pattern.shape)}, offset {offset}"
+        )
+    diagonal = pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (B, h, T - offset): weight on t - offset
+    return diagonal.mean(dim=(0, 2))  # (h,)
 
 
 @contextmanager

@@ -161,3 +161,34 @@ def test_mean_ablation_writes_the_mean_and_bad_requests_say_what_was_expected():
     with pytest.raises(TypeError, match="no EncoderLayer or DecoderLayer"):
         inside.hook_points(torch.nn.Linear(2, 2))
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "every hook is removed"
+
+
+def test_the_logit_lens_reads_each_layer_and_its_last_row_is_the_models_logits():
+    model = _lm(**GPT2_LIKE)
+    x = _tokens()
+    logits, cache = inside.run_with_cache(model, x)
+    lens = inside.logit_lens(model, cache)  # (L, B, T, V)
+    assert lens.shape == (2, 2, 11, 50)
+    torch.testing.assert_close(lens[-1], logits, atol=0, rtol=0)
+    with torch.no_grad():
+        first = model.head(model.decoder.norm(cache["decoder.layers.0.resid_post"]))
+    torch.testing.assert_close(lens[0], first, atol=0, rtol=0)
+    with pytest.raises(TypeError, match="DecoderOnlyLM"):
+        inside.logit_lens(tl.Transformer(vocab_size=20, d_model=16, num_heads=2, num_layers=1, d_ff=32), cache)
+
+
+def test_head_scores_find_a_previous_token_head_and_an_induction_head_by_hand():
+    n, T = 5, 10  # a block of 5 tokens shown twice
+    previous = torch.zeros(T, T)
+    previous[0, 0] = 1.0
+    previous[torch.arange(1, T), torch.arange(0, T - 1)] = 1.0  # every query on the token before it
+    induction = torch.eye(T)
+    for t in range(n, T):  # the second copy: the token after this one's first occurrence
+        induction[t] = 0.0
+        induction[t, t - n + 1] = 1.0
+    pattern = torch.stack([previous, induction, torch.eye(T)])[None]  # (1, 3 heads, T, T)
+    prev_scores, induction_scores = inside.head_scores(pattern, 1), inside.head_scores(pattern, n - 1)
+    assert prev_scores.argmax() == 0 and prev_scores[0] == 1.0 and prev_scores[2] == 0.0
+    assert induction_scores.argmax() == 1 and induction_scores[1] == pytest.approx(5 / 6)  # 5 of t = 4..9
+    with pytest.raises(ValueError, match=r"1 <= offset < T, got shape \(1, 3, 10, 10\), offset 10"):
+        inside.head_scores(pattern, 10)
