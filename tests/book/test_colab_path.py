@@ -21,8 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
-from notebook_runner import run_cells  # tools/notebook_runner.py (pytest's pythonpath has tools/)
+from nbclient.exceptions import CellTimeoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "03_positional_encoding.ipynb"]
@@ -56,7 +55,14 @@ def _execute(path: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
         shutdown_kernel="immediate",
         resources={"metadata": {"path": str(cwd)}},
     )
-    run_cells(client, path.name)  # one event loop; raises CellHung naming the cell if one hangs
+    client.reset_execution_trackers()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            try:
+                client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+            except CellTimeoutError:
+                first = cell.source.strip().splitlines()[0] if cell.source.strip() else "(empty)"
+                pytest.fail(f"{path.name}: cell {index} ({first!r}) hung for more than {CELL_TIMEOUT_S} s")
     return nb
 
 
