@@ -1,11 +1,10 @@
 """Run a notebook's code cells in a fresh kernel, one event loop for all of them, each under a watchdog.
 
-Used by benchmarks/notebooks.py, tests/book/test_colab_path.py and tests/book/test_student_edition.py,
-which time or check one cell at a time. nbclient's synchronous execute_cell stops its event loop
-after every cell; run that way, 2 of 5 runs of chapter 8 sat idle for good at its attention
-explorer (kernel and client both waiting, past nbclient's own timeout). With one loop for the whole
-notebook, 0 of 8 did. Whatever the cause, the watchdog turns such a wait into an error that names
-the notebook and the cell.
+Used by benchmarks/notebooks.py and tests/book/test_student_edition.py, which time or check one
+cell at a time. nbclient's synchronous execute_cell stops its event loop after every cell; run that
+way, 2 of 5 runs of chapter 8 sat idle for good at its attention explorer (kernel and client both
+waiting, past nbclient's own timeout). With one loop for the whole notebook, 0 of 8 did. Whatever
+the cause, the watchdog turns such a wait into an error that names the notebook and the cell.
 """
 
 from __future__ import annotations
