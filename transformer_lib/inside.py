@@ -36,6 +36,7 @@ __all__ = [
     "hook_points",
     "logit_lens",
     "head_scores",
+    "induction_scores",
     "zero_heads",
     "mean_heads",
     "patch",
@@ -193,6 +194,30 @@ def head_scores(pattern: torch.Tensor, offset: int) -> torch.Tensor:
         )
     diagonal = pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (B, h, T - offset): weight on t - offset
     return diagonal.mean(dim=(0, 2))  # (h,)
+
+
+def induction_scores(pattern: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each head's induction score on any text: pattern (B, h, T, T) and tokens (B, T) -> (h,).
+
+    At position t, an induction head looks back for an earlier occurrence of tokens[t] and attends
+    to the token just after it: the keys s with 1 <= s <= t and tokens[s - 1] == tokens[t]. The score
+    is the attention on those keys, summed, averaged over the positions that have at least one.
+    On a random block shown twice it matches head_scores(pattern, n - 1), up to chance repeats.
+    """
+    if pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2]:
+        raise ValueError(f"pattern must be self-attention weights (B, h, T, T), got shape {tuple(pattern.shape)}")
+    B, _, T, _ = pattern.shape
+    if tokens.shape != (B, T):
+        raise ValueError(f"tokens must be (B, T) = ({B}, {T}) to match the pattern, got {tuple(tokens.shape)}")
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): [b, t, j] tokens[t] == tokens[j]
+    targets = torch.zeros_like(same)  # (B, T, T): [b, t, s] key s follows an earlier copy of tokens[t]
+    targets[:, :, 1:] = same[:, :, :-1]  # s = j + 1
+    targets &= torch.ones(T, T, dtype=torch.bool).tril()  # s <= t: keys a causal head can see
+    counted = targets.any(-1)  # (B, T): positions whose token came before
+    if not counted.any():
+        raise ValueError("no token repeats an earlier one, so there is nothing for an induction head to find")
+    mass = (pattern * targets[:, None].to(pattern)).sum(-1)  # (B, h, T): attention on the targets
+    return mass.permute(1, 0, 2)[:, counted].mean(-1)  # (h,)
 
 
 @contextmanager

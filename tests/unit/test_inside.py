@@ -192,3 +192,31 @@ def test_head_scores_find_a_previous_token_head_and_an_induction_head_by_hand():
     assert induction_scores.argmax() == 1 and induction_scores[1] == pytest.approx(5 / 6)  # 5 of t = 4..9
     with pytest.raises(ValueError, match=r"1 <= offset < T, got shape \(1, 3, 10, 10\), offset 10"):
         inside.head_scores(pattern, 10)
+
+
+def test_induction_scores_follow_repeats_on_any_text_and_agree_with_head_scores_on_a_repeated_block():
+    torch.manual_seed(0)
+    n = 6
+    block = torch.randperm(20)[:n]  # n distinct tokens
+    tokens = torch.cat([block, block])[None]  # (1, 2n)
+    T = 2 * n
+    induction = torch.zeros(T, T)
+    for t in range(T):
+        induction[t, t - n + 1 if t >= n else 0] = 1.0  # second copy: the key after the first occurrence
+    uniform = torch.ones(T, T).tril()
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    pattern = torch.stack([induction, uniform])[None]  # (1, 2, T, T)
+    scores = inside.induction_scores(pattern, tokens)
+    assert torch.allclose(scores[0], torch.tensor(1.0))
+    assert torch.allclose(scores[1], (1 / torch.arange(n + 1, T + 1.0)).mean())  # uniform: 1 / (t + 1) at t >= n
+    assert torch.allclose(inside.head_scores(pattern, n - 1)[0], torch.tensor(1.0))  # the same head, by offset
+    # by hand on text with one repeat: "abcab" -> at t = 3 ('a') the key after the first 'a' is 1
+    text = torch.tensor([[0, 1, 2, 0, 1]])
+    p = torch.ones(5, 5).tril()
+    p = (p / p.sum(-1, keepdim=True))[None, None]  # (1, 1, 5, 5) uniform causal
+    # t = 3: key 1 (1/4); t = 4: key 2 (1/5)
+    assert torch.allclose(inside.induction_scores(p, text), torch.tensor([(1 / 4 + 1 / 5) / 2]))
+    with pytest.raises(ValueError, match="no token repeats"):
+        inside.induction_scores(p, torch.tensor([[0, 1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match="tokens must be"):
+        inside.induction_scores(p, text[:, :4])
