@@ -53,6 +53,7 @@ class TransformerConfig:
     norm: str = "layer"  # every normalisation layer: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
     bias: bool = True  # biases in the attention projections and the feed-forward linears (Llama has none)
     num_kv_heads: int | None = None  # key-value heads; None = num_heads; fewer = grouped-query, 1 = multi-query
+    attention_only: bool = False  # layers without the feed-forward block (and its norm): the toy models of circuits
 
     def __post_init__(self) -> None:
         for name, source in _FOLLOWS.items():
@@ -92,6 +93,8 @@ class TransformerConfig:
             raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be True or False, got {self.bias!r}")
+        if not isinstance(self.attention_only, bool):
+            raise ValueError(f"attention_only must be True or False, got {self.attention_only!r}")
         if self.positional == "rope" and self.d_k % 2 != 0:
             raise ValueError(f"rotary positions need an even head width d_model // num_heads, got {self.d_k}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:

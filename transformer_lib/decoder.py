@@ -25,8 +25,8 @@ class DecoderLayer(nn.Module):
         self.norm1 = make_norm(cfg)
         self.cross_attn = MultiHeadAttention.from_config(cfg, cross=True) if cross_attention else None
         self.norm2 = make_norm(cfg) if cross_attention else None
-        self.feed_forward = FeedForward.from_config(cfg)
-        self.norm3 = make_norm(cfg)
+        self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
+        self.norm3 = None if cfg.attention_only else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
     def _check_memory(self, memory: torch.Tensor | None) -> None:
@@ -60,12 +60,14 @@ class DecoderLayer(nn.Module):
             x = x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0])
             if self.cross_attn is not None:
                 x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, memory_mask, cache=cross_cache)[0])
-            x = x + self.dropout(self.feed_forward(self.norm3(x)))
+            if self.feed_forward is not None:
+                x = x + self.dropout(self.feed_forward(self.norm3(x)))
         else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
             x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask, cache=cache)[0]))
             if self.cross_attn is not None:
                 x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, memory_mask, cache=cross_cache)[0]))
-            x = self.norm3(x + self.dropout(self.feed_forward(x)))
+            if self.feed_forward is not None:
+                x = self.norm3(x + self.dropout(self.feed_forward(x)))
         return x
 
 

@@ -24,8 +24,8 @@ class EncoderLayer(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
-        self.feed_forward = FeedForward.from_config(cfg)
-        self.norm2 = make_norm(cfg)
+        self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
+        self.norm2 = None if cfg.attention_only else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -33,10 +33,12 @@ class EncoderLayer(nn.Module):
         if self.config.norm_first:  # pre-LN: x + sublayer(norm(x)); the residual path is never normalised
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
-            x = x + self.dropout(self.feed_forward(self.norm2(x)))
+            if self.feed_forward is not None:
+                x = x + self.dropout(self.feed_forward(self.norm2(x)))
         else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
             x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
-            x = self.norm2(x + self.dropout(self.feed_forward(x)))
+            if self.feed_forward is not None:
+                x = self.norm2(x + self.dropout(self.feed_forward(x)))
         return x
 
 

@@ -48,11 +48,13 @@ _Edit = Callable[[torch.Tensor], torch.Tensor]
 def _sublayers(layer: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
     """(name, sublayer, its norm) in the order the layer runs them."""
     if isinstance(layer, EncoderLayer):
-        return [("self_attn", layer.self_attn, layer.norm1), ("feed_forward", layer.feed_forward, layer.norm2)]
-    out = [("self_attn", layer.self_attn, layer.norm1)]
-    if layer.cross_attn is not None:
-        out.append(("cross_attn", layer.cross_attn, layer.norm2))
-    return [*out, ("feed_forward", layer.feed_forward, layer.norm3)]
+        out = [("self_attn", layer.self_attn, layer.norm1), ("feed_forward", layer.feed_forward, layer.norm2)]
+    else:
+        out = [("self_attn", layer.self_attn, layer.norm1)]
+        if layer.cross_attn is not None:
+            out.append(("cross_attn", layer.cross_attn, layer.norm2))
+        out.append(("feed_forward", layer.feed_forward, layer.norm3))
+    return [(name, module, norm) for name, module, norm in out if module is not None]  # attention-only: no FF
 
 
 def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

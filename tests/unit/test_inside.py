@@ -220,3 +220,24 @@ def test_induction_scores_follow_repeats_on_any_text_and_agree_with_head_scores_
         inside.induction_scores(p, torch.tensor([[0, 1, 2, 3, 4]]))
     with pytest.raises(ValueError, match="tokens must be"):
         inside.induction_scores(p, text[:, :4])
+
+
+def test_an_attention_only_model_has_no_feed_forward_and_its_stream_is_embeddings_plus_heads():
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(
+        vocab_size=11, d_model=16, num_heads=2, num_layers=2, dropout=0.0, norm_first=True, attention_only=True
+    )
+    model.eval()
+    assert all(layer.feed_forward is None and layer.norm3 is None for layer in model.decoder.layers)
+    assert not any("feed_forward" in name for name in inside.hook_points(model))
+    assert not any("feed_forward" in name for name, _ in model.named_parameters())
+    tokens = torch.randint(0, 11, (2, 7))
+    logits, cache = inside.run_with_cache(model, tokens)
+    for i in range(2):
+        layer = f"decoder.layers.{i}"
+        heads = inside.head_contributions(model, cache, f"{layer}.self_attn.heads").sum(2)  # (B, T, d)
+        bias = model.decoder.layers[i].self_attn.out_proj.bias
+        assert torch.allclose(cache[f"{layer}.resid_pre"] + heads + bias, cache[f"{layer}.resid_post"], atol=1e-5)
+    assert torch.allclose(inside.logit_lens(model, cache)[-1], logits, atol=1e-6)
+    with pytest.raises(ValueError, match="attention_only must be True or False"):
+        tl.TransformerConfig(attention_only=1)
