@@ -82,6 +82,7 @@ _VIZ = (
     "plot_attention_heads",
     "plot_attention_layers",
     "plot_curves",
+    "plot_grid",
     "plot_dataflow",
     "plot_distribution",
     "plot_head_split",

@@ -25,6 +25,14 @@ model's own forward pass with one `KVCache` per layer, filled from the inputs.
     DecoderOnlyLM:     tokens (1, T_new), past_keys (L, 1, h_kv, T_past, d_k), past_values (same)
                        -> logits (1, T_new, V), present_keys (L, 1, h_kv, T_past + T_new, d_k), present_values
 
+`export_lens(model, path)` writes what the "Inside the language model" playground reads: the
+logit lens of every layer and every layer's attention, in one pass. It is `lens_model(model)`,
+which computes what ``inside.logit_lens`` and the patterns captured by ``inside.run_with_cache``
+hold, for batch 1. The lens is logits, not probabilities: each layer's residual stream through
+the final norm and the output layer; the last layer's row is the model's logits.
+
+    DecoderOnlyLM:     tokens (1, T)             -> lens (L, T, V), attention (L, h, T, T)
+
 T_past is 0 on the first call (`empty_past(model)`), which feeds the whole prompt: onnxruntime,
 in Python and on the web, takes the zero-length past as it is. h_kv is the model's key-value heads
 (num_heads unless grouped-query attention). The forward pass reads the cached length as
@@ -43,14 +51,17 @@ import torch
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
+from .masks import causal_mask
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
 __all__ = [
     "empty_past",
     "export_first_attention",
+    "export_lens",
     "export_onnx",
     "export_step",
     "first_attention",
+    "lens_model",
     "step_model",
     "with_attention",
 ]
@@ -183,6 +194,60 @@ def export_first_attention(model: DecoderOnlyLM, path: str | Path) -> Path:
     return _trace(first_attention(model.cpu()), example, path, ["tokens", "mask"], ["attention"], dynamic)
 
 
+class _Lens(nn.Module):
+    """tokens (1, T) -> (lens (L, T, V): each layer's residual stream read as logits, attention (L, h, T, T))."""
+
+    def __init__(self, model: DecoderOnlyLM):
+        super().__init__()
+        self.model = model
+        self.watched = [layer.self_attn for layer in model.decoder.layers]  # a plain list, as in _WithAttention
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        model = self.model
+        _, T = tokens.shape
+        mask = causal_mask(T, device=tokens.device)  # (T, T), as DecoderOnlyLM.forward builds it
+        norm = model.decoder.norm if model.decoder.norm is not None else nn.Identity()
+        x = model.pos(model.embed(tokens))  # (1, T, d_model)
+        lens = []
+        for layer in model.decoder.layers:  # Decoder.forward's loop, reading the stream after each layer
+            x = layer(x, None, mask)  # (1, T, d_model): the layer's resid_post
+            lens.append(model.head(norm(x))[0])  # (T, V): as inside.logit_lens reads it
+        attention = torch.stack([m.last_weights[0] for m in self.watched])  # (L, h, T, T)
+        return torch.stack(lens), attention  # (L, T, V), (L, h, T, T)
+
+
+def lens_model(model: DecoderOnlyLM) -> nn.Module:
+    """The module that export_lens traces: tokens (1, T) -> (lens (L, T, V), attention (L, h, T, T)).
+
+    ``lens[i]`` is layer i's residual stream through the final norm and the output layer: logits,
+    which the page turns into probabilities with a softmax. It equals ``inside.logit_lens`` on the
+    cache of ``inside.run_with_cache``, and its last row is the model's logits; ``attention[i]`` is
+    layer i's captured pattern. Like ``with_attention``, it switches the attention layers to keeping
+    their weights and leaves them so; export_lens puts them back as they were.
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"lens_model takes a DecoderOnlyLM, got {type(model).__name__}")
+    lens = _Lens(model)
+    for m in lens.watched:
+        m.keep_weights = True  # the weights path: the scores are computed explicitly and kept
+    return lens.eval()  # the wrapper too: export restores its mode
+
+
+def export_lens(model: DecoderOnlyLM, path: str | Path) -> Path:
+    """Write ``lens_model(model)`` (on the CPU) to `path` as ONNX with a dynamic length T; return the path."""
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"export_lens takes a DecoderOnlyLM, got {type(model).__name__}")
+    kept = [layer.self_attn.keep_weights for layer in model.decoder.layers]  # as they were: put back after
+    lens = lens_model(model.cpu())
+    _all_rotary_tables(model)
+    dynamic = {"tokens": {1: "T"}, "lens": {1: "T"}, "attention": {2: "T", 3: "T"}}
+    try:
+        return _trace(lens, (torch.arange(1, 6)[None],), path, ["tokens"], ["lens", "attention"], dynamic)
+    finally:
+        for m, k in zip(lens.watched, kept):
+            m.keep_weights, m.last_weights = k, None
+
+
 class _Step(nn.Module):
     """(tokens (1, T_new), past_keys, past_values (L, 1, h_kv, T_past, d_k)) -> (logits (1, T_new, V), present_keys,
     present_values (L, 1, h_kv, T_past + T_new, d_k)): the model's forward pass with a KVCache per layer."""
@@ -269,7 +334,13 @@ def export_step(model: DecoderOnlyLM, path: str | Path) -> Path:
         "present_values": present,
     }
     inputs, outputs = ["tokens", "past_keys", "past_values"], ["logits", "present_keys", "present_values"]
-    for layer in model.decoder.layers:
-        if layer.self_attn.rotary:  # RoPE: the cos and sin tables for every position, traced as one constant
-            layer.self_attn._rotary_tables(model.config.max_len, torch.device("cpu"))
+    _all_rotary_tables(model)
     return _trace(step, example, path, inputs, outputs, dynamic)
+
+
+def _all_rotary_tables(model: DecoderOnlyLM) -> None:
+    """RoPE: compute the cos and sin tables for every position before tracing, so they are traced as one constant
+    that covers max_len (tables made for the traced length only would be too short for longer inputs)."""
+    for layer in model.decoder.layers:
+        if layer.self_attn.rotary:
+            layer.self_attn._rotary_tables(model.config.max_len, torch.device("cpu"))

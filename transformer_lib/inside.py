@@ -214,7 +214,7 @@ def induction_scores(pattern: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): [b, t, j] tokens[t] == tokens[j]
     targets = torch.zeros_like(same)  # (B, T, T): [b, t, s] key s follows an earlier copy of tokens[t]
     targets[:, :, 1:] = same[:, :, :-1]  # s = j + 1
-    targets &= torch.ones(T, T, dtype=torch.bool).tril()  # s <= t: keys a causal head can see
+    targets &= torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()  # s <= t: keys a causal head can see
     counted = targets.any(-1)  # (B, T): positions whose token came before
     if not counted.any():
         raise ValueError("no token repeats an earlier one, so there is nothing for an induction head to find")

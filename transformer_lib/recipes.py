@@ -25,6 +25,8 @@ from .tasks import (
     iterate_batches,
     lm_batches,
     numbers_to_words_task,
+    repeated_batches,
+    repeated_tokens,
     split_data,
 )
 from .tokenization import BPETokenizer, CharTokenizer, WordTokenizer, load_bpe
@@ -36,6 +38,7 @@ from .training import (
     fit,
     lm_eval_loss,
     lm_loss,
+    repeat_losses,
     seq2seq_loss,
 )
 
@@ -48,6 +51,9 @@ __all__ = [
     "SHAKESPEARE_BLOCK",
     "SHAKESPEARE_BLOCKS",
     "SHAKESPEARE_MERGES",
+    "INDUCTION_LENGTHS",
+    "induction_lm",
+    "induction_test",
     "RECIPES",
 ]
 
@@ -248,9 +254,63 @@ def _shakespeare(
     return model, history, {}
 
 
+INDUCTION_VOCAB = 64  # the induction model's tokens: ids 1 .. 63 in the data (0 is padding)
+INDUCTION_LENGTHS = (8, 24)  # each training batch repeats a block of n tokens, n drawn from these (both included)
+
+
+def induction_lm(seed: int = 0) -> DecoderOnlyLM:
+    """The chapter "Inside the trained models"'s toy: two attention-only pre-LN layers, d_model 64, 4 heads.
+
+    No feed-forward block and learned positions: all a token can learn from its context has to go
+    through attention, which is what makes its heads easy to read.
+    """
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DecoderOnlyLM(
+            vocab_size=INDUCTION_VOCAB,
+            d_model=64,
+            num_heads=4,
+            num_layers=2,
+            dropout=0.0,
+            max_len=2 * INDUCTION_LENGTHS[1],
+            norm_first=True,
+            positional="learned",
+            scale_embedding=False,
+            attention_only=True,
+        )
+
+
+def induction_test(batch_size: int = 256, n: int = 16) -> torch.Tensor:
+    """Held-out blocks of n tokens shown twice, from a seed of their own: (batch_size, 2n)."""
+    return repeated_tokens(batch_size, n, INDUCTION_VOCAB, torch.Generator().manual_seed(1))
+
+
+def _induction(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The induction model: 3000 AdamW steps of 32 random blocks shown twice, n from INDUCTION_LENGTHS."""
+    model = induction_lm()
+    rng = torch.Generator().manual_seed(0)  # the blocks drawn
+    batches = repeated_batches(INDUCTION_VOCAB, INDUCTION_LENGTHS, batch_size=32, rng=rng)
+    test = induction_test()
+    held_out = lambda m: dict(zip(("first copy loss", "second copy loss"), repeat_losses(m, test)))
+    history = fit(
+        model,
+        lm_loss,
+        batches,
+        steps=steps or 3000,
+        lr=3e-3,
+        warmup=50,
+        eval_fn=held_out,
+        eval_every=250,
+        progress=progress,
+        desc="induction (long run)",
+    )
+    return model, history, {}
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
+    "induction": _induction,
     "numbers_to_words": _numbers_to_words,
     "shakespeare_char": lambda steps=None, progress=False: _shakespeare("char", steps, progress),
     "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),

@@ -27,6 +27,8 @@ __all__ = [
     "encode_labelled",
     "iterate_batches",
     "lm_batches",
+    "repeated_tokens",
+    "repeated_batches",
 ]
 
 
@@ -326,3 +328,34 @@ def lm_batches(
         x = ids[starts[:, None] + offsets]  # (B, block_size)
         y = ids[starts[:, None] + offsets + 1]  # (B, block_size)
         yield x, y
+
+
+def repeated_tokens(batch_size: int, n: int, vocab_size: int, rng: torch.Generator | None = None) -> torch.Tensor:
+    """Random blocks of n tokens, each shown twice: (B, 2n) ids drawn uniformly from 1 .. vocab_size - 1.
+
+    Id 0 is left out: it is the models' padding id, whose embedding is held at zero.
+
+    The first copy cannot be predicted; the second can, token by token, by a model that finds where
+    the current token appeared before and copies what came next: an induction head's job.
+    """
+    if n < 2 or vocab_size < 3:
+        raise ValueError(f"need n >= 2 tokens from vocab_size >= 3, got n={n}, vocab_size={vocab_size}")
+    block = torch.randint(1, vocab_size, (batch_size, n), generator=rng)  # (B, n)
+    return torch.cat([block, block], dim=1)  # (B, 2n)
+
+
+def repeated_batches(
+    vocab_size: int, lengths: tuple[int, int], batch_size: int, rng: torch.Generator | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless language-model batches of repeated random blocks: x (B, 2n - 1), y = x shifted by one.
+
+    Each batch draws its block length n uniformly from lengths = (low, high), both included, so the
+    repeat is not always the same distance back and a model must match content, not positions.
+    """
+    low, high = lengths
+    if not 2 <= low <= high:
+        raise ValueError(f"lengths must be (low, high) with 2 <= low <= high, got {lengths}")
+    while True:
+        n = int(torch.randint(low, high + 1, (1,), generator=rng))
+        seq = repeated_tokens(batch_size, n, vocab_size, rng)  # (B, 2n)
+        yield seq[:, :-1], seq[:, 1:]  # (B, 2n - 1) each

@@ -27,6 +27,7 @@ __all__ = [
     "classification_accuracy",
     "lm_eval_loss",
     "bigram_loss",
+    "repeat_losses",
 ]
 
 
@@ -309,3 +310,21 @@ def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int,
     )
     log_probs = (counts / counts.sum(dim=1, keepdim=True)).log()  # (V, V): row = previous token
     return float(-log_probs[val_ids[:-1], val_ids[1:]].mean())
+
+
+@torch.inference_mode()
+def repeat_losses(model: nn.Module, seqs: torch.Tensor) -> tuple[float, float]:
+    """A language model's mean next-token loss (nats) on each copy of blocks shown twice: seqs (B, 2n).
+
+    Returns (first, second): the loss on predicting tokens 2 .. n of the first copy, which nothing
+    before them foretells, and on tokens 2 .. n of the second copy, which the first copy does. The
+    first token of each copy is left out of both: it follows nothing the model has seen.
+    """
+    if seqs.dim() != 2 or seqs.shape[1] % 2 or seqs.shape[1] < 4:
+        raise ValueError(f"seqs must be (B, 2n) blocks shown twice with n >= 2, got shape {tuple(seqs.shape)}")
+    model.eval()
+    n = seqs.shape[1] // 2
+    seqs = seqs.to(next(model.parameters()).device)
+    logits = model(seqs[:, :-1])  # (B, 2n - 1, V): the prediction of tokens 1 .. 2n - 1
+    loss = F.cross_entropy(logits.transpose(1, 2), seqs[:, 1:], reduction="none")  # (B, 2n - 1)
+    return float(loss[:, : n - 1].mean()), float(loss[:, n:].mean())  # tokens 1 .. n - 1, and n + 1 .. 2n - 1

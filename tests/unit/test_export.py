@@ -1,5 +1,6 @@
 """ONNX files from transformer_lib.export give PyTorch's logits and attention weights in onnxruntime, at any length,
-and the step model with its KV cache gives, call after call, the logits of the full forward pass."""
+the step model with its KV cache gives, call after call, the logits of the full forward pass, and the lens model
+gives tl.inside's logit lens and attention patterns."""
 
 import pytest
 import torch
@@ -10,9 +11,11 @@ ort = pytest.importorskip("onnxruntime")  # the test extra installs onnx, onnxsc
 from transformer_lib.export import (  # noqa: E402
     empty_past,
     export_first_attention,
+    export_lens,
     export_onnx,
     export_step,
     first_attention,
+    lens_model,
     step_model,
     with_attention,
 )
@@ -184,7 +187,7 @@ def test_exports_leave_the_model_in_eval_mode(tmp_path):
     """torch.onnx.export puts the traced wrapper back in its own mode, and with it the model: an exported
     model left in training mode would run its dropout afterwards, in PyTorch."""
     model = tl.DecoderOnlyLM(**SMALL).eval()
-    for export in (export_onnx, export_first_attention, export_step):
+    for export in (export_onnx, export_first_attention, export_step, export_lens):
         export(model, tmp_path / f"{export.__name__}.onnx")
         assert not model.training, export.__name__
 
@@ -207,3 +210,54 @@ def test_step_model_names_what_it_takes():
         step(torch.ones(1, 3, dtype=torch.long), past, past.long())
     with pytest.raises(ValueError, match="past_keys and past_values must have the same shape"):
         step(torch.ones(1, 3, dtype=torch.long), past, torch.zeros(2, 1, 4, 1, 8))
+
+
+@pytest.mark.parametrize("kind", ["2017 language model", "modern language model"])
+def test_lens_model_is_insides_logit_lens_and_patterns(kind):
+    """lens_model computes, for batch 1, what tl.inside's logit lens and captured patterns hold; the last row is
+    the model's logits."""
+    torch.manual_seed(0)
+    model = MODELS[kind]().eval()
+    tokens = torch.randint(1, 20, (1, 13), generator=torch.Generator().manual_seed(2))
+    logits, cache = tl.inside.run_with_cache(model, tokens)
+    expected = tl.inside.logit_lens(model, cache)[:, 0]  # (L, T, V)
+    with torch.no_grad():
+        lens, attention = lens_model(model)(tokens)
+        plain = model(tokens)  # the model's own forward pass, outside any capture
+    assert lens.shape == (2, 13, 20) and attention.shape == (2, 4, 13, 13)
+    torch.testing.assert_close(lens, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(lens[-1], logits[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(lens[-1], plain[0], atol=1e-5, rtol=0)
+    patterns = torch.stack([cache[f"decoder.layers.{i}.self_attn.pattern"][0] for i in range(2)])  # (L, h, T, T)
+    torch.testing.assert_close(attention, patterns, atol=1e-6, rtol=0)
+    assert not lens.isclose(lens[-1]).all(-1).all(-1)[0]  # the first layer's row is not a copy of the last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["2017 language model", "modern language model"])
+def test_lens_file_in_onnxruntime_gives_the_lens_model_at_several_lengths(kind, tmp_path):
+    torch.manual_seed(0)
+    model = MODELS[kind]()
+    with torch.no_grad():
+        model(torch.randint(1, 20, (1, 3)))  # run before the export, as a trained model has been (RoPE keeps tables)
+    session = ort.InferenceSession(str(export_lens(model, tmp_path / "lens.onnx")))
+    assert [i.name for i in session.get_inputs()] == ["tokens"]
+    assert [o.name for o in session.get_outputs()] == ["lens", "attention"]
+    assert not any(m.keep_weights for m in model.modules() if isinstance(m, tl.MultiHeadAttention))  # put back
+    reference = lens_model(model)
+    g = torch.Generator().manual_seed(1)
+    for length in (1, 6, 64):  # none of them the traced length (5); 64 is all of max_len
+        tokens = torch.randint(1, 20, (1, length), generator=g)
+        with torch.no_grad():
+            lens, attention = reference(tokens)
+        got_lens, got_attention = session.run(None, {"tokens": tokens.numpy()})
+        torch.testing.assert_close(torch.from_numpy(got_lens), lens, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(got_attention), attention, atol=1e-5, rtol=0)
+        assert got_lens.shape == (2, length, 20) and got_attention.shape == (2, 4, length, length)
+
+
+def test_lens_model_takes_only_a_language_model(tmp_path):
+    with pytest.raises(TypeError, match="lens_model takes a DecoderOnlyLM, got EncoderClassifier"):
+        lens_model(tl.EncoderClassifier(num_classes=2, **SMALL))
+    with pytest.raises(TypeError, match="export_lens takes a DecoderOnlyLM, got Transformer"):
+        export_lens(tl.Transformer(**SMALL), tmp_path / "x.onnx")

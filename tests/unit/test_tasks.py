@@ -113,3 +113,23 @@ def test_word_tokenizer_round_trip_keeps_hyphens_and_marks_unknown_words():
         tokenization.WordTokenizer(["two words"])
     with pytest.raises(TypeError, match="str"):
         tok.encode(7)
+
+
+def test_repeated_tokens_show_each_block_twice_and_batches_vary_the_length():
+    g = torch.Generator().manual_seed(0)
+    seqs = tasks.repeated_tokens(5, 7, 10, g)
+    assert seqs.shape == (5, 14) and torch.equal(seqs[:, :7], seqs[:, 7:])
+    assert seqs.min() >= 1 and seqs.max() <= 9  # never the padding id 0
+    batches = tasks.repeated_batches(10, (3, 6), 4, torch.Generator().manual_seed(1))
+    lengths = set()
+    for _ in range(30):
+        x, y = next(batches)
+        n = (x.shape[1] + 1) // 2
+        assert x.shape == y.shape == (4, 2 * n - 1) and torch.equal(x[:, 1:], y[:, :-1])
+        assert torch.equal(y[:, n - 1 :], x[:, :n])  # the second copy is the first again
+        lengths.add(n)
+    assert lengths == {3, 4, 5, 6}
+    with pytest.raises(ValueError, match="n >= 2"):
+        tasks.repeated_tokens(2, 1, 10)
+    with pytest.raises(ValueError, match="lengths must be"):
+        next(tasks.repeated_batches(10, (5, 3), 4))

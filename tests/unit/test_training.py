@@ -6,8 +6,11 @@ belong to the benchmark, not to an assert. The bars have margins, because the tr
 differ in their last digits between CPUs (see the README, "Same results on every machine").
 """
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer_lib as tl
 from transformer_lib import tasks, tokenization, training
@@ -167,3 +170,24 @@ def test_smoothing_floor_is_reached_by_predicting_the_smoothed_target_and_by_not
         other = tl.label_smoothed_cross_entropy(torch.randn(1, V, generator=g) * 3, target, smoothing=eps)
         assert other.item() > floor
     assert tl.smoothing_floor(V, 0.0) == 0.0
+
+
+def test_repeat_losses_score_each_copy_apart_by_hand():
+    class Knows(torch.nn.Module):  # predicts the true next token with certainty in the second copy only
+        def __init__(self, seqs):
+            super().__init__()
+            self.seqs, self.w = seqs, torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            B, T = x.shape
+            logits = torch.zeros(B, T, 6)  # uniform: ln 6 nats
+            n = (T + 1) // 2
+            nxt = self.seqs[:, 1:]  # (B, T)
+            logits[:, n:] = F.one_hot(nxt[:, n:], 6).float() * 100
+            return logits
+
+    seqs = tasks.repeated_tokens(3, 4, 6, torch.Generator().manual_seed(0))  # (3, 8)
+    first, second = training.repeat_losses(Knows(seqs), seqs)
+    assert abs(first - math.log(6)) < 1e-6 and second < 1e-6
+    with pytest.raises(ValueError, match=r"\(B, 2n\)"):
+        training.repeat_losses(Knows(seqs), seqs[:, :7])

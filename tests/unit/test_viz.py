@@ -248,3 +248,17 @@ def test_plot_tokens_draws_one_box_per_token_and_wraps_rows():
     assert [t.get_text() for t in ax.texts][:5] == ["T", "o", "·", "b", "e"]  # a leading space shows as a dot
     assert ax.get_ylim()[0] < -1  # the line break started a second row
     plt.close(fig)
+
+
+def test_grid_writes_every_value_in_its_cell_and_checks_the_labels():
+    values = torch.tensor([[0.1, 0.9, 0.5], [0.0, 1.0, 0.25]])
+    fig = viz.plot_grid(values, ["layer 1", "layer 2"], ["h1", "h2", "h3"], limits=(0.0, 1.0), title="scores")
+    ax = fig.axes[0]
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert texts == {(0, 0): "0.10", (0, 1): "0.90", (0, 2): "0.50", (1, 0): "0.00", (1, 1): "1.00", (1, 2): "0.25"}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["layer 1", "layer 2"]
+    assert ax.images[0].get_clim() == (0.0, 1.0) and ax.get_title() == "scores"
+    f2, ax2 = plt.subplots()
+    assert viz.plot_grid(values, ["a", "b"], ["x", "y", "z"], ax=ax2) is f2
+    with pytest.raises(ValueError, match=r"shape \(2, 3\) but there are 3 row and 3 column labels"):
+        viz.plot_grid(values, ["a", "b", "c"], ["x", "y", "z"])

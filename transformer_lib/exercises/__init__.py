@@ -20,6 +20,7 @@ from .ch09_decoder import check_future_leak, check_kv_cache_bytes, check_sample,
 from .ch10_language_model import check_bits_per_char, check_nucleus_set, check_temperature_loss
 from .ch11_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
 from .ch12_modern_blocks import check_position_accuracy, check_rms_norm, check_rotary
+from .ch13_inside import check_find_induction_heads, check_head_contributions, check_induction_scores
 
 __all__ = [
     "CORRECT",
@@ -72,4 +73,7 @@ __all__ = [
     "check_rms_norm",
     "check_rotary",
     "check_position_accuracy",
+    "check_head_contributions",
+    "check_induction_scores",
+    "check_find_induction_heads",
 ]

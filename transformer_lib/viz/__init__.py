@@ -13,6 +13,7 @@ from .plots import (
     plot_attention_layers,
     plot_curves,
     plot_distribution,
+    plot_grid,
     plot_mask,
     plot_mask_broadcast,
     plot_positional_encoding,
@@ -34,6 +35,7 @@ __all__ = [
     "plot_curves",
     "plot_distribution",
     "plot_tokens",
+    "plot_grid",
     # diagrams
     "plot_architecture",
     "plot_dataflow",

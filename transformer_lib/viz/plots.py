@@ -24,6 +24,7 @@ __all__ = [
     "plot_curves",
     "plot_distribution",
     "plot_tokens",
+    "plot_grid",
 ]
 
 
@@ -305,4 +306,49 @@ def plot_tokens(pieces: Sequence[str], ax=None, title: str | None = None, width:
     ax.axis("off")
     if title:
         ax.set_title(title, fontsize=10, loc="left")
+    return fig
+
+
+def plot_grid(
+    values: torch.Tensor,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    limits: tuple[float, float] | None = None,
+    fmt: str = "{:.2f}",
+) -> Figure:
+    """A table of numbers (R, C) as a heatmap with each cell's value written in it: head scores, patching results.
+
+    rows and columns label the axes; limits = (low, high) fixes the colour scale (default: the values' range).
+    """
+    values = _as_2d(torch.as_tensor(values).detach().cpu().float(), "values")  # (R, C)
+    if values.shape != (len(rows), len(columns)):
+        raise ValueError(
+            f"values has shape {tuple(values.shape)} but there are {len(rows)} row and {len(columns)} column labels"
+        )
+    fig, ax = _axes(ax, (0.7 * len(columns) + 2.0, 0.5 * len(rows) + 1.2))
+    low, high = limits if limits is not None else (float(values.min()), float(values.max()))
+    image = ax.imshow(values.numpy(), cmap="viridis", vmin=low, vmax=high, aspect="auto")
+    middle = (low + high) / 2  # viridis-like maps are light above the middle: black text there, white below
+    for i in range(len(rows)):
+        for j in range(len(columns)):
+            v = float(values[i, j])
+            ax.text(
+                j,
+                i,
+                fmt.format(v),
+                ha="center",
+                va="center",
+                fontsize="small",
+                color="black" if v > middle else "white",
+            )
+    ax.set_xticks(range(len(columns)), list(columns))
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, shrink=0.8)
     return fig
