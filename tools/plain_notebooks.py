@@ -10,6 +10,7 @@ show it as raw text. The copies in colab/ carry the same cells and outputs, with
 - other admonitions (the pitfalls boxes) as block quotes with a bold title;
 - each figure's caption in a markdown cell under it, numbered, and {numref} as "Figure N";
 - {cite:p} and {cite:t} as author-year text from references.bib (read with pybtex);
+- a glossary as a list of bold terms with their definitions, and {term} as the term in italics;
 - solution cells in Colab's form view (hidden until opened), as JupyterLab hides them already.
 
 The notebooks in notebooks/ stay the one source; a test checks that the copies are current.
@@ -33,6 +34,7 @@ ADMONITION = re.compile(
     r"(?P<body>.*?)\n```",
     re.S,
 )
+GLOSSARY = re.compile(r"```\{glossary\}[ \t]*\n(?P<body>.*?)\n```", re.S)
 TARGET = re.compile(r"^\((?P<label>[\w-]+)\)=[ \t]*$", re.M)
 ROLE = re.compile(r"\{(?P<role>[a-z]+(?::[a-z]+)?)\}`(?P<target>[^`]+)`")
 
@@ -70,9 +72,19 @@ def _admonition(match: re.Match) -> str:
     return f"> **{title}**\n>\n{quoted}"
 
 
+def _glossary(match: re.Match) -> str:
+    """A glossary's entries (a term on its own line, its definition indented below) as a list of bold terms."""
+    items = []
+    for entry in re.split(r"\n\s*\n", match["body"].strip("\n")):
+        term, *definition = entry.strip("\n").split("\n")
+        items.append(f"- **{term.strip()}**: " + " ".join(line.strip() for line in definition))
+    return "\n".join(items)
+
+
 def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str, str]]) -> str:
     """One markdown cell without MyST syntax."""
     text = ADMONITION.sub(_admonition, text)
+    text = GLOSSARY.sub(_glossary, text)
 
     def role(match: re.Match) -> str:
         kind, target = match["role"], match["target"]
@@ -96,6 +108,9 @@ def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str,
             if link is None:
                 raise ValueError(f"write {{ref}} with its text, `text <label>`, got {target!r}")
             return f"[{link['text']}](#{link['label']})"
+        if kind == "term":  # {term}`word` or {term}`text <word>`: the text, in italics
+            link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<term>[^>]+)>", target)
+            return f"*{link['text'] if link else target}*"
         raise ValueError(f"no plain form for the role {{{kind}}}")
 
     text = TARGET.sub(lambda m: f'<a id="{m["label"]}"></a>', text)  # a MyST target line (label)= -> an anchor

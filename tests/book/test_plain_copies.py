@@ -70,6 +70,10 @@ def test_conversion_of_each_construct():
     assert linked == '<a id="sec-a"></a>\n## A\n\nSee [the norm](#sec-a).'
     with pytest.raises(ValueError, match="text <label>"):
         plain_notebooks.plain_markdown("{ref}`sec-a`", figures, bib)
+    terms = "A {term}`head` and {term}`Heads <head>`.\n\n"
+    terms += "```{glossary}\nhead\n  One part\n  of a layer.\n\nstream\n  A sum.\n```"
+    glossary = plain_notebooks.plain_markdown(terms, figures, bib)
+    assert glossary == "A *head* and *Heads*.\n\n- **head**: One part of a layer.\n- **stream**: A sum."
 
 
 def test_the_bibliography_is_read_with_accents_and_et_al():

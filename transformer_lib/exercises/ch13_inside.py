@@ -335,7 +335,8 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
             )
         if pairs == sorted((a - 1, b - 1) for a, b in want) or pairs == sorted((a + 1, b + 1) for a, b in want):
             return f"On {case}: count layers and heads from 0, as model.decoder.layers and the hook names do."
-        if pairs == sorted(_previous_heads(subject, tokens)):
+        previous = sorted(_previous_heads(subject, tokens))
+        if pairs and pairs == previous:
             return (
                 f"On {case}: those are the heads that attend to the previous token (offset 1). An induction head "
                 "attends to the token after the earlier copy of the current one: use tl.inside.induction_scores."
@@ -344,7 +345,7 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
         if pairs == sorted(set(every) - set(want)):
             return f"On {case}: that is every head except the induction heads: keep the scores above 0.5."
         for i in range(len(subject.decoder.layers)):
-            if pairs == [p for p in want if p[0] == i] and pairs != want:
+            if pairs and pairs == [p for p in want if p[0] == i] and pairs != want:
                 return f"On {case}: you looked at layer {i} only; score the heads of every layer."
         return (
             f"On {case}: expected the heads {want}, got {pairs}. Capture every layer's attention pattern on the "

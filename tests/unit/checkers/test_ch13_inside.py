@@ -1,0 +1,198 @@
+"""Mutation suite for the checkers of chapter 13 (inside the trained models): classic mistakes are named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _mutation import notebook_solution, raising, rejected
+
+import transformer_lib as tl
+from transformer_lib import exercises as ex
+from transformer_lib import inside
+
+
+def _notebook_solution(name: str):
+    return notebook_solution("13_inside", name, inside=inside)
+
+
+@pytest.fixture(scope="module")
+def induction_model():
+    return tl.load_checkpoint("induction")[0]
+
+
+def test_the_notebook_solutions_pass(induction_model):
+    assert ex.check_head_contributions(_notebook_solution("solution_head_contributions")) == ex.CORRECT
+    assert ex.check_induction_scores(_notebook_solution("solution_induction_scores")) == ex.CORRECT
+    solution = _notebook_solution("solution_find_induction_heads")
+    assert ex.check_find_induction_heads(solution, induction_model) == ex.CORRECT
+
+
+# ---- each head's contribution -------------------------------------------------------------------
+
+
+def _blocks(w, h, d_k):
+    return w.view(w.shape[0], h, d_k)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda x, w: torch.einsum("bthk,hkd->bthd", x, w.reshape(x.shape[2], x.shape[3], -1)), "split the columns"),
+        (lambda x, w: torch.einsum("bthk,dkh->bthd", x, w.view(w.shape[0], x.shape[3], x.shape[2])), "h-th column"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) / x.shape[2], "not averaged"),
+        (lambda x, w: torch.einsum("bthk,dk->bthd", x, w[:, : x.shape[3]]), "head 0's columns"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).cumsum(2), "running sum"),
+        (lambda x, w: x.flatten(-2) @ w.T, "the heads' sum"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).tolist(), "Return a tensor"),
+        (raising(RuntimeError("shape '[6, 4, 3]' is invalid for input of size 144")), "raised RuntimeError"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) * 1.1, "Not the heads'"),
+    ],
+)
+def test_head_contribution_mistakes_are_named(wrong, phrase):
+    rejected(ex.check_head_contributions(wrong), phrase)
+
+
+def test_head_contributions_must_be_written_by_hand(induction_model):
+    mha = induction_model.decoder.layers[0].self_attn
+
+    def library(heads, weight):
+        return inside.head_contributions(induction_model, {"x.heads": heads}, "x.heads")
+
+    rejected(ex.check_head_contributions(library), "write it by hand")
+    assert mha is induction_model.decoder.layers[0].self_attn  # the model is untouched
+
+
+def test_head_contributions_right_for_one_shape_only_fails():
+    def four_heads_only(x, w):
+        return torch.einsum("bthk,dhk->bthd", x, w.view(w.shape[0], 4, -1)) if x.shape[2] == 4 else x
+
+    rejected(ex.check_head_contributions(four_heads_only), "(1, 7, 2, 5)")
+
+
+def test_other_routes_to_the_contributions_pass():
+    def by_loop(x, w):
+        d_k = x.shape[3]
+        return torch.stack([x[:, :, i] @ w[:, i * d_k : (i + 1) * d_k].T for i in range(x.shape[2])], dim=2)
+
+    assert ex.check_head_contributions(by_loop) == ex.CORRECT
+
+
+# ---- the induction score ------------------------------------------------------------------------
+
+
+def _targets(tokens, shift=1, up_to_self=True, earlier_copy=False):
+    T = tokens.shape[1]
+    same = tokens[:, :, None] == tokens[:, None, :]
+    out = torch.zeros_like(same)
+    out[:, :, shift:] = same[:, :, : T - shift]
+    if earlier_copy:
+        return same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    return out & torch.ones(T, T, dtype=torch.bool).tril(0 if up_to_self else -1)
+
+
+def _pooled(pattern, targets):
+    mass = (pattern * targets[:, None]).sum(-1)  # (B, h, T)
+    return mass.permute(1, 0, 2)[:, targets.any(-1)].mean(-1)
+
+
+def _per_sequence(p, t):
+    targets = _targets(t)
+    mass = (p * targets[:, None]).sum(-1)
+    return torch.stack([mass[b][:, targets[b].any(-1)].mean(-1) for b in range(len(t))]).mean(0)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda p, t: _pooled(p, _targets(t, earlier_copy=True)), "duplicate-token head"),
+        (lambda p, t: _pooled(p.transpose(-1, -2), _targets(t)), "rows are queries"),
+        (lambda p, t: (p * _targets(t)[:, None]).sum(-1).mean((0, 2)), "Average only over the positions"),
+        (_per_sequence, "not sequence by sequence"),
+        (lambda p, t: _pooled(p, _targets(t, up_to_self=False)), "including t"),
+        (lambda p, t: _pooled(p, _targets(t, shift=2)), "Off by one"),
+        (lambda p, t: _pooled(p, _targets(t)).tolist(), "Return a tensor"),
+        (lambda p, t: _pooled(p, _targets(t))[:2], "expected shape"),
+        (raising(IndexError("index 12 is out of bounds for dimension 2 with size 12")), "raised IndexError"),
+        (lambda p, t: _pooled(p, _targets(t)) + 0.05, "Not the induction scores"),
+    ],
+)
+def test_induction_score_mistakes_are_named(wrong, phrase):
+    rejected(ex.check_induction_scores(wrong), phrase)
+
+
+def test_the_library_induction_score_is_refused():
+    rejected(ex.check_induction_scores(lambda p, t: inside.induction_scores(p, t)), "write it by hand")
+
+
+def test_a_score_right_on_repeated_blocks_only_fails_on_other_text():
+    def offset_only(p, t):  # head_scores at offset n - 1: right on blocks shown twice, not on other text
+        n = t.shape[1] // 2
+        return p.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean((0, 2))
+
+    feedback = ex.check_induction_scores(offset_only)
+    assert feedback != ex.CORRECT
+
+
+# ---- the experiment: find the induction heads ---------------------------------------------------
+
+
+def _found(model, tokens, score, threshold=0.5):
+    _, cache = inside.run_with_cache(model, tokens)
+    out = []
+    for i in range(len(model.decoder.layers)):
+        s = score(cache[f"decoder.layers.{i}.self_attn.pattern"], tokens)
+        out += [(i, h) for h in range(len(s)) if s[h] > threshold]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda m, t: [(1, 0), (1, 1), (1, 2)], "renumbered the heads"),
+        (lambda m, t: [(a + 1, b + 1) for a, b in _found(m, t, inside.induction_scores)], "count layers and heads"),
+        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.3), "expected the heads"),
+        (lambda m, t: _found(m, t, lambda p, tok: -inside.induction_scores(p, tok), -0.5), "every head except"),
+        (lambda m, t: [p for p in _found(m, t, inside.induction_scores) if p[0] == 0], "expected the heads"),
+        (lambda m, t: _found(m, t[:, : t.shape[1] // 2], lambda p, tok: inside.head_scores(p, 1), 0.99), "expected"),
+        (lambda m, t: "layer 2", "list of (layer, head) pairs"),
+        (raising(KeyError("decoder.layers.0.attn.pattern")), "raised KeyError"),
+    ],
+)
+def test_find_induction_heads_mistakes_are_named(wrong, phrase, induction_model):
+    rejected(ex.check_find_induction_heads(wrong, induction_model), phrase)
+
+
+def test_find_induction_heads_that_leaves_hooks_or_changes_weights_is_refused(induction_model):
+    def leaves_a_hook(m, t):
+        m.decoder.layers[0].register_forward_hook(lambda *a: None)
+        return _found(m, t, inside.induction_scores)
+
+    rejected(ex.check_find_induction_heads(leaves_a_hook, induction_model), "left hooks")
+
+    def zeroes_a_head(m, t):
+        with torch.no_grad():
+            m.decoder.layers[1].self_attn.out_proj.weight[:, :16] = 0
+        return _found(m, t, inside.induction_scores)
+
+    rejected(ex.check_find_induction_heads(zeroes_a_head, induction_model), "changed the model's weights")
+
+
+def test_the_checker_leaves_the_callers_model_alone(induction_model):
+    before = {k: v.clone() for k, v in induction_model.state_dict().items()}
+    ex.check_find_induction_heads(lambda m, t: _found(m, t, inside.induction_scores), induction_model)
+    assert all(torch.equal(before[k], v) for k, v in induction_model.state_dict().items())
+
+
+def test_stubs_are_not_answered_and_a_student_stub_raises_a_friendly_error(induction_model):
+    def student_stub(*args):
+        raise tl.NotYetDone("exercise 13")
+
+    checks = [
+        lambda fn: ex.check_head_contributions(fn),
+        lambda fn: ex.check_induction_scores(fn),
+        lambda fn: ex.check_find_induction_heads(fn, induction_model),
+    ]
+    for check in checks:
+        assert check(lambda *args: None).startswith("Not answered yet")
+        with pytest.raises(tl.NotYetDone, match="exercise 13 is not done yet"):
+            check(student_stub)
