@@ -33,6 +33,7 @@ from .positional import (
     RotaryPositions,
     SinusoidalPositionalEncoding,
     apply_rotary,
+    rotary_permutation,
     rotary_tables,
     sinusoidal_encoding,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "LearnedPositionalEncoding",
     "apply_rotary",
     "rotary_tables",
+    "rotary_permutation",
     "RotaryPositions",
     "scaled_dot_product_attention",
     "fused_attention",

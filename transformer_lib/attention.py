@@ -199,6 +199,8 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         num_kv_heads: int | None = None,
         rotary: bool = False,
+        rotary_layout: str = "half",
+        rotary_dim: int | None = None,
     ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
@@ -215,6 +217,10 @@ class MultiHeadAttention(nn.Module):
         if rotary and self.d_k % 2 != 0:
             raise ValueError(f"rotary positions need an even head width, got d_k={self.d_k}")
         self.rotary = rotary  # rotate queries and keys by their positions (RoPE) before the scores
+        self.rotary_layout = rotary_layout  # where each rotary pair's two dimensions sit: "half" or "interleaved"
+        self.rotary_dim = rotary_dim  # how many of each head's dimensions turn; None = all d_k
+        if rotary:
+            rotary_tables(torch.zeros(1), self.d_k, layout=rotary_layout, rotary_dim=rotary_dim)  # refuses bad ones
         self.dropout_p = dropout  # a probability, applied to the attention weights while training
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)  # one key per key-value head
@@ -228,14 +234,24 @@ class MultiHeadAttention(nn.Module):
     def from_config(cls, config: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
         """The attention a layer built from `config` uses; rotary positions apply to self-attention only."""
         rotary = config.positional == "rope" and not cross
-        return cls(config.d_model, config.num_heads, config.dropout, config.bias, config.num_kv_heads, rotary)
+        return cls(
+            config.d_model,
+            config.num_heads,
+            config.dropout,
+            config.bias,
+            config.num_kv_heads,
+            rotary,
+            config.rotary_layout,
+            config.rotary_dim,
+        )
 
     def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for positions 0..length-1 at least, (n, d_k): computed when longer ones are needed, then kept."""
         if self._rotary is None or self._rotary[0].shape[0] < length or self._rotary[0].device != device:
             size = max(length, 2 * self._rotary[0].shape[0] if self._rotary is not None else 0)  # grow by doubling
             with torch.inference_mode(False):  # kept for later calls, so ordinary tensors even while generating
-                self._rotary = rotary_tables(torch.arange(size, device=device), self.d_k)
+                positions = torch.arange(size, device=device)
+                self._rotary = rotary_tables(positions, self.d_k, layout=self.rotary_layout, rotary_dim=self.rotary_dim)
         return self._rotary
 
     def _check_inputs(
@@ -320,8 +336,9 @@ class MultiHeadAttention(nn.Module):
         """Rotate q (B, h, T_q, d_k) and k (B, h_kv, T_k, d_k) by their positions, which start at `past`."""
         T_q, T_k = q.shape[-2], k.shape[-2]
         cos, sin = self._rotary_tables(past + max(T_q, T_k), q.device)  # (n, d_k) each
-        q = turn(q, cos[past : past + T_q], sin[past : past + T_q])  # (B, h, T_q, d_k)
-        k = turn(k, cos[past : past + T_k], sin[past : past + T_k])  # (B, h_kv, T_k, d_k)
+        layout, r = self.rotary_layout, self.rotary_dim
+        q = turn(q, cos[past : past + T_q], sin[past : past + T_q], layout, r)  # (B, h, T_q, d_k)
+        k = turn(k, cos[past : past + T_k], sin[past : past + T_k], layout, r)  # (B, h_kv, T_k, d_k)
         return q, k
 
     def _attend(

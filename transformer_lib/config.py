@@ -14,6 +14,7 @@ __all__ = ["TransformerConfig"]
 _POSITIONAL = ("sinusoidal", "learned", "rope")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 _NORMS = ("layer", "rms")
+_ROTARY_LAYOUTS = ("half", "interleaved")
 # fields whose None means "follow another field"; each is resolved here, and only here
 _FOLLOWS = {
     "tgt_vocab_size": "vocab_size",
@@ -54,6 +55,11 @@ class TransformerConfig:
     bias: bool = True  # biases in the attention projections and the feed-forward linears (Llama has none)
     num_kv_heads: int | None = None  # key-value heads; None = num_heads; fewer = grouped-query, 1 = multi-query
     attention_only: bool = False  # layers without the feed-forward block (and its norm): the toy models of circuits
+    rotary_layout: str = (
+        "half"  # RoPE's pairs: "half" (i, i + r/2; HF Llama, GPT-NeoX) or "interleaved" (2i, 2i+1; GPT-J)
+    )
+    rotary_dim: int | None = None  # RoPE turns the first rotary_dim dimensions of each head; None = all (d_k)
+    parallel_block: bool = False  # attention and feed-forward both read one norm's output and add to x (GPT-J, PaLM)
 
     def __post_init__(self) -> None:
         for name, source in _FOLLOWS.items():
@@ -95,6 +101,21 @@ class TransformerConfig:
             raise ValueError(f"bias must be True or False, got {self.bias!r}")
         if not isinstance(self.attention_only, bool):
             raise ValueError(f"attention_only must be True or False, got {self.attention_only!r}")
+        if self.rotary_layout not in _ROTARY_LAYOUTS:
+            raise ValueError(f"rotary_layout must be one of {_ROTARY_LAYOUTS}, got {self.rotary_layout!r}")
+        if self.rotary_dim is not None and (
+            not isinstance(self.rotary_dim, int) or self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_k
+        ):
+            raise ValueError(
+                f"rotary_dim must be even and between 2 and d_k = {self.d_k}, got {self.rotary_dim!r}"
+            )
+        if not isinstance(self.parallel_block, bool):
+            raise ValueError(f"parallel_block must be True or False, got {self.parallel_block!r}")
+        if self.parallel_block and (not self.norm_first or self.attention_only):
+            raise ValueError(
+                "parallel_block needs norm_first=True (both sublayers read one norm's output) and a feed-forward block "
+                f"(attention_only=False); got norm_first={self.norm_first}, attention_only={self.attention_only}"
+            )
         if self.positional == "rope" and self.d_k % 2 != 0:
             raise ValueError(f"rotary positions need an even head width d_model // num_heads, got {self.d_k}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:

@@ -26,7 +26,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention.from_config(cfg, cross=True) if cross_attention else None
         self.norm2 = make_norm(cfg) if cross_attention else None
         self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
-        self.norm3 = None if cfg.attention_only else make_norm(cfg)
+        self.norm3 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
     def _check_memory(self, memory: torch.Tensor | None) -> None:
@@ -55,6 +55,13 @@ class DecoderLayer(nn.Module):
         """
         if self.cross_attn is not None:
             self._check_memory(memory)
+        if self.config.parallel_block:  # GPT-J, PaLM: x + attention(norm(x)) + feed_forward(norm(x)), one norm
+            if self.cross_attn is not None:
+                raise ValueError("a parallel block has no cross-attention: build it with cross_attention=False")
+            h = self.norm1(x)
+            return (
+                x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0]) + self.dropout(self.feed_forward(h))
+            )
         if self.config.norm_first:  # pre-LN: x + sublayer(norm(x))
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0])

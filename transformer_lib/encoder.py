@@ -25,11 +25,14 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
         self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
-        self.norm2 = None if cfg.attention_only else make_norm(cfg)
+        self.norm2 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, S, d_model), mask bool (True = may attend) broadcastable to (B, h, S, S) -> (B, S, d_model)."""
+        if self.config.parallel_block:  # x + attention(norm(x)) + feed_forward(norm(x)), one norm (GPT-J, PaLM)
+            h = self.norm1(x)
+            return x + self.dropout(self.self_attn(h, h, h, mask)[0]) + self.dropout(self.feed_forward(h))
         if self.config.norm_first:  # pre-LN: x + sublayer(norm(x)); the residual path is never normalised
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, mask)[0])

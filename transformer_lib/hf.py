@@ -5,7 +5,12 @@ GPT-2 is the 2017 decoder with four changes, each a config field here: the norm 
 approximation, and the output layer shares the token table. Its linear layers are stored as
 `Conv1D`, which computes x @ W + b with W of shape (in, out): the transpose of `nn.Linear`'s weight.
 Llama goes further: RMSNorm, rotary positions, a SwiGLU feed-forward, grouped-query attention and
-no biases, again one config field each. `transformers` is an optional dependency (the test extra
+no biases, again one config field each. GPT-J keeps LayerNorm and GELU but turns only the first
+`rotary_dim` dimensions of each head, pairs them as neighbours (2i, 2i + 1: the interleaved
+layout, where Llama in `transformers` pairs i with i + r/2), and runs attention and the
+feed-forward block side by side from one norm (a parallel block); its attention has no biases, its
+output layer has one. `with_rotary_layout` moves a model between the two rotary layouts without
+changing what it computes. `transformers` is an optional dependency (the test extra
 installs it); nothing here downloads.
 
     ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or a LlamaForCausalLM; logits equal to 1e-5
@@ -20,7 +25,7 @@ from torch import nn
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
 
-__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config"]
+__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config", "gptj_config", "with_rotary_layout"]
 
 
 def _decoder_only(**fields) -> TransformerConfig:
@@ -105,6 +110,60 @@ def llama_config(hf_config) -> TransformerConfig:
     )
 
 
+def gptj_config(hf_config) -> TransformerConfig:
+    """A GPTJConfig -> the TransformerConfig of the same architecture (interleaved, partial RoPE; parallel block)."""
+    if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"only GPT-J's tanh GELU is supported, got activation {hf_config.activation_function!r}")
+    head_dim = hf_config.n_embd // hf_config.n_head
+    if hf_config.rotary_dim is None:
+        raise ValueError("this GPT-J has rotary_dim=None; set it (GPT-J-6B turns 64 of its 256 head dimensions)")
+    return _decoder_only(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.n_embd,
+        num_heads=hf_config.n_head,
+        num_layers=hf_config.n_layer,
+        d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+        max_len=hf_config.n_positions,
+        positional="rope",
+        rotary_layout="interleaved",
+        rotary_dim=min(hf_config.rotary_dim, head_dim),
+        parallel_block=True,
+        activation="gelu_tanh",
+        eps=hf_config.layer_norm_epsilon,
+        tie_embeddings=hf_config.tie_word_embeddings,
+    )
+
+
+def _gptj_names(num_layers: int) -> list[tuple[str, str]]:
+    """(our name, GPT-J's name) for every tensor GPT-J has: the same shapes, other names."""
+    names = [
+        ("embed.table.weight", "transformer.wte.weight"),
+        ("decoder.norm.weight", "transformer.ln_f.weight"),
+        ("decoder.norm.bias", "transformer.ln_f.bias"),
+        ("head.weight", "lm_head.weight"),
+        ("head.bias", "lm_head.bias"),
+    ]
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"transformer.h.{i}."
+        pairs = [
+            ("norm1.weight", "ln_1.weight"),
+            ("norm1.bias", "ln_1.bias"),
+            *((f"self_attn.{n}_proj.weight", f"attn.{n}_proj.weight") for n in "qkv"),
+            ("self_attn.out_proj.weight", "attn.out_proj.weight"),
+            ("feed_forward.linear1.weight", "mlp.fc_in.weight"),
+            ("feed_forward.linear1.bias", "mlp.fc_in.bias"),
+            ("feed_forward.linear2.weight", "mlp.fc_out.weight"),
+            ("feed_forward.linear2.bias", "mlp.fc_out.bias"),
+        ]
+        names += [(ours + a, theirs + b) for a, b in pairs]
+    return names
+
+
+def _gptj_attention_biases(num_layers: int) -> list[str]:
+    """Our attention biases, which GPT-J does not have: zeros when loading, refused unless zero when saving."""
+    return [f"decoder.layers.{i}.self_attn.{n}_proj.bias" for i in range(num_layers) for n in ("q", "k", "v", "out")]
+
+
 def _llama_names(num_layers: int) -> list[tuple[str, str]]:
     """(our name, Llama's name) for every tensor: the same layout and shapes, other names."""
     names = [
@@ -130,12 +189,16 @@ def _llama_names(num_layers: int) -> list[tuple[str, str]]:
 
 
 def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
-    """A GPT2LMHeadModel or LlamaForCausalLM -> our DecoderOnlyLM with the same weights, in eval mode."""
+    """A GPT2LMHeadModel, LlamaForCausalLM or GPTJForCausalLM -> our DecoderOnlyLM with its weights, in eval mode."""
     kind = type(hf_model).__name__
     theirs = hf_model.state_dict()
     if kind == "LlamaForCausalLM":
         cfg = llama_config(hf_model.config)
         state = {a: theirs[b] for a, b in _llama_names(cfg.num_layers)}
+    elif kind == "GPTJForCausalLM":
+        cfg = gptj_config(hf_model.config)
+        state = {a: theirs[b] for a, b in _gptj_names(cfg.num_layers)}
+        state.update({name: torch.zeros(cfg.d_model) for name in _gptj_attention_biases(cfg.num_layers)})
     elif kind == "GPT2LMHeadModel":
         cfg = gpt2_config(hf_model.config)
         state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
@@ -146,8 +209,8 @@ def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
                 state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
         state["head.weight"] = state["embed.table.weight"]  # tied
     else:
-        raise TypeError(f"from_hf takes a GPT2LMHeadModel or a LlamaForCausalLM, got {kind}")
-    state["head.bias"] = torch.zeros(cfg.vocab_size)  # neither output layer has a bias
+        raise TypeError(f"from_hf takes a GPT2LMHeadModel, a LlamaForCausalLM or a GPTJForCausalLM, got {kind}")
+    state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # GPT-2's and Llama's output layers have no bias
     ours = DecoderOnlyLM(cfg)
     ours.load_state_dict(state)
     return ours.eval()
@@ -185,10 +248,77 @@ def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
     return hf.eval()
 
 
+def _to_gptj(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    cfg = ours.config
+    hf_config = GPTJConfig(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.max_len,
+        n_embd=cfg.d_model,
+        n_layer=cfg.num_layers,
+        n_head=cfg.num_heads,
+        rotary_dim=cfg.rotary_dim or cfg.d_k,
+        n_inner=cfg.d_ff,
+        layer_norm_epsilon=cfg.eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    expected = gptj_config(hf_config)
+    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
+    if cfg.rotary_dim is None and set(differ) == {"rotary_dim"}:
+        differ = {}  # all of each head turns: the same as rotary_dim = d_k
+    if differ:
+        raise ValueError(f"not a GPT-J architecture; these fields differ (ours, GPT-J's): {differ}")
+    mine = ours.state_dict()
+    biased = [n for n in _gptj_attention_biases(cfg.num_layers) if mine[n].abs().max() > 0]
+    if biased:
+        raise ValueError(f"GPT-J's attention has no biases, and ours holds non-zero ones: {biased[:3]}")
+    hf = GPTJForCausalLM(hf_config)
+    hf.load_state_dict({b: mine[a] for a, b in _gptj_names(cfg.num_layers)})
+    return hf.eval()
+
+
+def with_rotary_layout(model: DecoderOnlyLM, layout: str) -> DecoderOnlyLM:
+    """A copy of a rotary `model` in the other pairing of its rotary dimensions, computing the same function.
+
+    Each head's query and key rows are reordered by `rotary_permutation`, so that the pair a row
+    belonged to sits where `layout` expects it; values, outputs and everything else are unchanged.
+    Loading interleaved weights (Meta's original Llama, GPT-J) into a rotate-half model without
+    this reordering is the classic mistake: it runs, and gives other logits.
+    """
+    import copy
+
+    from .positional import ROTARY_LAYOUTS, rotary_permutation
+
+    if not isinstance(model, DecoderOnlyLM) or model.config.positional != "rope":
+        raise TypeError("with_rotary_layout takes a DecoderOnlyLM with rotary positions (positional='rope')")
+    if layout not in ROTARY_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
+    cfg = model.config
+    twin = DecoderOnlyLM(cfg.replace(rotary_layout=layout))
+    twin.load_state_dict(copy.deepcopy(model.state_dict()))
+    if layout == cfg.rotary_layout:
+        return twin.eval()
+    order = rotary_permutation(cfg.d_k, cfg.rotary_dim, to=layout)  # (d_k,): new row j is old row order[j]
+    with torch.no_grad():
+        for layer in twin.decoder.layers:
+            attn = layer.self_attn
+            for proj, heads in ((attn.q_proj, attn.num_heads), (attn.k_proj, attn.num_kv_heads)):
+                rows = (torch.arange(heads)[:, None] * cfg.d_k + order).flatten()  # (heads * d_k,)
+                proj.weight.copy_(proj.weight[rows])
+                if proj.bias is not None:
+                    proj.bias.copy_(proj.bias[rows])
+    return twin.eval()
+
+
 def to_hf(ours: DecoderOnlyLM) -> nn.Module:
-    """Our GPT-2- or Llama-shaped DecoderOnlyLM -> a GPT2LMHeadModel or LlamaForCausalLM with the same weights."""
+    """Our GPT-2-, Llama- or GPT-J-shaped DecoderOnlyLM -> a GPT2LMHeadModel, LlamaForCausalLM or GPTJForCausalLM."""
     if not isinstance(ours, DecoderOnlyLM):
         raise TypeError(f"to_hf takes a DecoderOnlyLM, got {type(ours).__name__}")
+    if ours.config.parallel_block or ours.config.rotary_layout == "interleaved":
+        return _to_gptj(ours)
     if ours.config.positional == "rope":
         return _to_llama(ours)
     from transformers import GPT2Config, GPT2LMHeadModel

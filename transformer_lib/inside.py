@@ -72,7 +72,9 @@ def hook_points(model: nn.Module) -> list[str]:
         for sub, module, _ in _sublayers(layer):
             if isinstance(module, MultiHeadAttention):
                 names += [f"{prefix}.{sub}.pattern", f"{prefix}.{sub}.heads"]
-            names += [f"{prefix}.{sub}.out", f"{prefix}.{sub}.resid"]
+            names.append(f"{prefix}.{sub}.out")
+            if not layer.config.parallel_block:  # a parallel block adds both outputs at once: no stream between
+                names.append(f"{prefix}.{sub}.resid")
         names.append(f"{prefix}.resid_post")
     return names
 
@@ -80,6 +82,8 @@ def hook_points(model: nn.Module) -> list[str]:
 def _resid_hooks(prefix: str, layer: nn.Module, record: Callable[[str, torch.Tensor], None]) -> list:
     """Hooks that record the residual stream after each sublayer, read where the layer itself has it."""
     handles = []
+    if layer.config.parallel_block:  # both sublayers read one norm's output: no stream between them to record
+        return handles
     subs = _sublayers(layer)
     for i, (sub, _, norm) in enumerate(subs):
         name = f"{prefix}.{sub}.resid"

@@ -18,6 +18,8 @@ __all__ = [
     "LearnedPositionalEncoding",
     "apply_rotary",
     "rotary_tables",
+    "rotary_permutation",
+    "ROTARY_LAYOUTS",
     "RotaryPositions",
 ]
 
@@ -93,10 +95,35 @@ class LearnedPositionalEncoding(nn.Module):
         return self.dropout(x + self.table(positions))
 
 
+ROTARY_LAYOUTS = ("half", "interleaved")  # pairs (i, i + r/2), as Hugging Face's Llama; pairs (2i, 2i + 1), as GPT-J
+
+
+def _quarter_turn(x: torch.Tensor, layout: str = "half", rotary_dim: int | None = None) -> torch.Tensor:
+    """(..., d) -> (..., d): every pair of the first rotary_dim dimensions turned a quarter, (a, b) -> (-b, a).
+
+    "half" pairs dimension i with i + r/2 (r = rotary_dim): the halves (x1, x2) become (-x2, x1).
+    "interleaved" pairs 2i with 2i + 1. Dimensions past rotary_dim are not turned: they come out as 0,
+    and `turn`'s tables leave them as they were.
+    """
+    d = x.shape[-1]
+    r = d if rotary_dim is None else rotary_dim
+    part = x[..., :r]
+    if layout == "half":
+        x1, x2 = part.chunk(2, dim=-1)  # (..., r/2) each
+        turned = torch.cat((-x2, x1), dim=-1)  # (..., r)
+    elif layout == "interleaved":
+        x1, x2 = part[..., 0::2], part[..., 1::2]  # (..., r/2) each: the even and the odd dimensions
+        turned = torch.stack((-x2, x1), dim=-1).flatten(-2)  # (..., r/2, 2) -> (..., r)
+    else:
+        raise ValueError(f"rotary layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
+    if r == d:
+        return turned
+    return torch.cat((turned, torch.zeros_like(x[..., r:])), dim=-1)  # (..., d)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(..., d) -> (..., d): the halves (x1, x2) become (-x2, x1), a quarter turn of every pair (i, i + d/2)."""
-    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
-    return torch.cat((-x2, x1), dim=-1)
+    return _quarter_turn(x, "half")
 
 
 def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -114,21 +141,61 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
     return turn(x, *rotary_tables(positions, d, base))
 
 
-def rotary_tables(positions: torch.Tensor, d: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(
+    positions: torch.Tensor, d: int, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """positions (T,) -> (cos, sin), each (T, d) float32: the angles `apply_rotary` turns each pair by.
 
-    Computed once and sliced, they give exactly what computing them for each call gives: a model
-    keeps a table for positions 0..n and reads rows past..past+T from it.
+    Pair i of the first r = rotary_dim dimensions (all d by default) turns by position * base^(-2i/r);
+    `layout` says where its two dimensions sit ("half": i and i + r/2; "interleaved": 2i and 2i + 1).
+    Dimensions past r get angle 0 (cos 1, sin 0): they pass unchanged, as in GPT-J's partial rotation.
+    Computed once and sliced, the tables give exactly what computing them for each call gives: a
+    model keeps a table for positions 0..n and reads rows past..past+T from it.
     """
-    inv_freq = base ** (-torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) / d)  # (d/2,)
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, d/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (T, d): pair (i, i + d/2) shares an angle
+    r = d if rotary_dim is None else rotary_dim
+    if r % 2 != 0 or not 0 < r <= d:
+        raise ValueError(f"rotary_dim must be even and between 2 and the head width {d}, got {r}")
+    inv_freq = base ** (-torch.arange(0, r, 2, device=positions.device, dtype=torch.float32) / r)  # (r/2,)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, r/2)
+    if layout == "half":
+        angles = torch.cat((angles, angles), dim=-1)  # (T, r): pair (i, i + r/2) shares an angle
+    elif layout == "interleaved":
+        angles = angles.repeat_interleave(2, dim=-1)  # (T, r): pair (2i, 2i + 1) shares an angle
+    else:
+        raise ValueError(f"rotary layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
+    if r < d:
+        angles = torch.cat((angles, angles.new_zeros(angles.shape[0], d - r)), dim=-1)  # (T, d): the rest stays
     return angles.cos(), angles.sin()
 
 
-def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (..., T, d) turned pair by pair by the angles whose cos and sin are (T, d): the rotation of RoPE."""
-    return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
+def turn(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half", rotary_dim: int | None = None
+) -> torch.Tensor:
+    """x (..., T, d) turned pair by pair by the angles whose cos and sin are (T, d): the rotation of RoPE.
+
+    `layout` and `rotary_dim` must be those the tables were made with (see rotary_tables).
+    """
+    return x * cos.to(x.dtype) + _quarter_turn(x, layout, rotary_dim) * sin.to(x.dtype)
+
+
+def rotary_permutation(d: int, rotary_dim: int | None = None, to: str = "half") -> torch.Tensor:
+    """The order of one head's d query (or key) rows that moves its rotary pairs into layout `to`: (d,) ids.
+
+    From interleaved to "half", pair i's rows (2i, 2i + 1) go to (i, i + r/2): new row j is old row
+    perm[j]. `to="interleaved"` gives the inverse order. Rows past rotary_dim stay where they are.
+    Applied to the rows of both the query and the key projection of every head, it turns a model of
+    one layout into the same function in the other layout: the scores are dot products, and the
+    same reordering of both vectors leaves a dot product unchanged.
+    """
+    r = d if rotary_dim is None else rotary_dim
+    if r % 2 != 0 or not 0 < r <= d:
+        raise ValueError(f"rotary_dim must be even and between 2 and the head width {d}, got {r}")
+    to_half = torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, d)))  # (d,)
+    if to == "half":
+        return to_half
+    if to == "interleaved":
+        return torch.argsort(to_half)
+    raise ValueError(f"rotary layout must be one of {ROTARY_LAYOUTS}, got {to!r}")
 
 
 class RotaryPositions(nn.Module):

@@ -82,7 +82,9 @@ def test_llama_logits_generation_and_weights_round_trip(llama):
 
 
 def test_clear_errors(gpt2):
-    with pytest.raises(TypeError, match="from_hf takes a GPT2LMHeadModel or a LlamaForCausalLM, got Linear"):
+    with pytest.raises(
+        TypeError, match="from_hf takes a GPT2LMHeadModel, a LlamaForCausalLM or a GPTJForCausalLM, got"
+    ):
         from_hf(torch.nn.Linear(2, 2))
     not_gpt2 = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64)
     with pytest.raises(ValueError, match="not a GPT-2 architecture; these fields differ"):
@@ -100,3 +102,81 @@ def test_clear_errors(gpt2):
     )
     with pytest.raises(ValueError, match="differs from what the book builds: {'hidden_act': 'gelu'}"):
         from_hf(transformers.LlamaForCausalLM(odd))
+
+
+@pytest.fixture(scope="module")
+def gptj(tmp_path_factory):
+    """A small random GPT-J: interleaved rotary pairs on 6 of each head's 8 dimensions, a parallel block."""
+    torch.manual_seed(0)
+    config = transformers.GPTJConfig(
+        vocab_size=50,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        rotary_dim=6,
+        n_inner=48,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    folder = tmp_path_factory.mktemp("gptj")
+    model = transformers.GPTJForCausalLM(config)
+    with torch.no_grad():  # random norms and output bias, sharp attention: so that a mistake in loading them shows
+        for name, p in model.named_parameters():
+            if "ln_" in name or name == "lm_head.bias":
+                p.add_(torch.randn_like(p) * 0.1)
+            if "q_proj" in name or "k_proj" in name:
+                p.mul_(8.0)  # scores far from 0, so that the positions (the rotation) matter
+    model.save_pretrained(folder)
+    return transformers.GPTJForCausalLM.from_pretrained(folder).eval()
+
+
+def test_gptj_logits_generation_and_weights_round_trip(gptj):
+    ours = from_hf(gptj)
+    cfg = ours.config
+    assert (cfg.rotary_layout, cfg.rotary_dim, cfg.parallel_block, cfg.norm_first) == ("interleaved", 6, True, True)
+    assert all(layer.norm3 is None for layer in ours.decoder.layers)  # one norm per parallel block
+    x = torch.randint(0, 50, (3, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), gptj(x).logits, atol=1e-5, rtol=0)
+    prompt = x[:1, :6]
+    theirs = gptj.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours.generate(prompt, max_new_tokens=20, temperature=0.0), theirs)
+    back = to_hf(ours)
+    assert type(back).__name__ == "GPTJForCausalLM"
+    for name, tensor in back.state_dict().items():
+        assert torch.equal(tensor, gptj.state_dict()[name]), name
+    ours.decoder.layers[0].self_attn.q_proj.bias.data[0] = 1.0
+    with pytest.raises(ValueError, match="GPT-J's attention has no biases"):
+        to_hf(ours)
+
+
+def test_both_rotary_layouts_compute_the_same_function_once_the_rows_are_permuted(gptj, llama):
+    x = torch.randint(0, 50, (2, 19), generator=torch.Generator().manual_seed(3))
+    for model in (from_hf(gptj), from_hf(llama)):  # interleaved and partial; rotate-half with grouped-query heads
+        with torch.no_grad():
+            for layer in model.decoder.layers:  # sharp attention, so that a wrong rotation shows
+                layer.self_attn.q_proj.weight.mul_(8.0)
+                layer.self_attn.k_proj.weight.mul_(8.0)
+        other = "half" if model.config.rotary_layout == "interleaved" else "interleaved"
+        moved = tl.hf.with_rotary_layout(model, other)
+        assert moved.config.rotary_layout == other
+        back = tl.hf.with_rotary_layout(moved, model.config.rotary_layout)
+        with torch.no_grad():
+            torch.testing.assert_close(moved(x), model(x), atol=1e-5, rtol=0)
+            # the classic mistake: the other layout with the weights as they were gives other logits
+            unpermuted = tl.DecoderOnlyLM(model.config.replace(rotary_layout=other)).eval()
+            unpermuted.load_state_dict(model.state_dict())
+            assert (unpermuted(x) - model(x)).abs().max() > 1e-2
+        for name, tensor in back.state_dict().items():
+            assert torch.equal(tensor, model.state_dict()[name]), name
+    with pytest.raises(TypeError, match="rotary positions"):
+        tl.hf.with_rotary_layout(tl.DecoderOnlyLM(vocab_size=10, d_model=16, num_heads=2, num_layers=1), "half")
+
+
+def test_the_gptj_parity_is_exact_only_with_the_interleaved_layout(gptj):
+    wrong = tl.DecoderOnlyLM(from_hf(gptj).config.replace(rotary_layout="half")).eval()
+    wrong.load_state_dict(from_hf(gptj).state_dict())
+    x = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (wrong(x) - gptj(x).logits).abs().max() > 1e-2

@@ -262,3 +262,34 @@ def test_the_rotary_tables_a_layer_keeps_give_exactly_the_angles_computed_per_ca
         longer = torch.randn(1, 20, 16)
         mha(longer, longer, longer)  # a longer input grows the kept tables
         assert mha._rotary[0].shape[0] >= 20 and torch.equal(mha._rotary[0][:9], cos[:9])
+
+
+def test_a_parallel_block_adds_attention_and_feed_forward_of_one_norm_and_refuses_what_it_cannot_be():
+    torch.manual_seed(0)
+    cfg = tl.TransformerConfig(d_model=16, num_heads=2, d_ff=32, dropout=0.0, norm_first=True, parallel_block=True)
+    layer = tl.DecoderLayer(cfg, cross_attention=False).eval()
+    assert layer.norm3 is None
+    x = torch.randn(2, 5, 16)
+    mask = tl.causal_mask(5)
+    with torch.no_grad():
+        h = layer.norm1(x)
+        want = x + layer.self_attn(h, h, h, mask)[0] + layer.feed_forward(h)
+        torch.testing.assert_close(layer(x, tgt_mask=mask), want)
+        enc = tl.EncoderLayer(cfg).eval()
+        h = enc.norm1(x)
+        torch.testing.assert_close(enc(x), x + enc.self_attn(h, h, h)[0] + enc.feed_forward(h))
+    model = tl.DecoderOnlyLM(cfg.replace(vocab_size=11, num_layers=2)).eval()
+    names = tl.inside.hook_points(model)
+    assert "decoder.layers.0.self_attn.out" in names and not any(n.endswith(".resid") for n in names)
+    tokens = torch.randint(1, 11, (2, 6))
+    _, cache = tl.inside.run_with_cache(model, tokens)
+    for i in range(2):
+        p = f"decoder.layers.{i}"
+        total = cache[f"{p}.resid_pre"] + cache[f"{p}.self_attn.out"] + cache[f"{p}.feed_forward.out"]
+        torch.testing.assert_close(total, cache[f"{p}.resid_post"])
+    with pytest.raises(ValueError, match="parallel_block needs norm_first=True"):
+        tl.TransformerConfig(parallel_block=True)
+    with pytest.raises(ValueError, match="rotary_layout must be one of"):
+        tl.TransformerConfig(rotary_layout="pairs")
+    with pytest.raises(ValueError, match="rotary_dim must be even and between 2 and d_k = 32"):
+        tl.TransformerConfig(rotary_dim=34)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
+from transformer_lib import positional
 
 
 def test_sinusoidal_matches_the_closed_form_at_every_entry():
@@ -65,3 +66,31 @@ def test_learned_encoding_has_one_trainable_vector_per_position():
     out.sum().backward()
     assert module.table.weight.grad[:4].abs().sum() > 0
     assert module.table.weight.grad[4:].abs().sum() == 0
+
+
+def test_interleaved_and_partial_rotary_by_hand_and_the_permutation_between_layouts():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, generator=g)  # (B, h, T, d)
+    positions = torch.tensor([0, 1, 4, 9, 30])
+    r, base = 6, 10000.0
+    cos, sin = positional.rotary_tables(positions, 8, base, layout="interleaved", rotary_dim=r)
+    got = positional.turn(x, cos, sin, "interleaved", r)
+    want = x.clone()
+    for i in range(r // 2):  # pair (2i, 2i + 1) turns by position * base^(-2i/r); dimensions 6, 7 stay
+        angle = positions.double() * base ** (-2 * i / r)
+        a, b = x[..., 2 * i].double(), x[..., 2 * i + 1].double()
+        want[..., 2 * i] = (a * angle.cos() - b * angle.sin()).float()
+        want[..., 2 * i + 1] = (a * angle.sin() + b * angle.cos()).float()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[..., r:], x[..., r:])
+    # rotate-half on rows permuted by rotary_permutation is the interleaved rotation, permuted the same way
+    perm = positional.rotary_permutation(8, r, to="half")
+    assert perm.tolist() == [0, 2, 4, 1, 3, 5, 6, 7]
+    half = positional.turn(x[..., perm], *positional.rotary_tables(positions, 8, base, "half", r), "half", r)
+    torch.testing.assert_close(half, got[..., perm], atol=1e-5, rtol=1e-5)
+    back = positional.rotary_permutation(8, r, to="interleaved")
+    assert torch.equal(perm[back], torch.arange(8))
+    with pytest.raises(ValueError, match="rotary_dim must be even"):
+        positional.rotary_tables(positions, 8, rotary_dim=5)
+    with pytest.raises(ValueError, match="rotary layout must be one of"):
+        positional.rotary_permutation(8, to="pairs")
