@@ -201,6 +201,7 @@ class MultiHeadAttention(nn.Module):
         rotary: bool = False,
         rotary_layout: str = "half",
         rotary_dim: int | None = None,
+        rope_base: float = 10000.0,
     ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
@@ -219,6 +220,7 @@ class MultiHeadAttention(nn.Module):
         self.rotary = rotary  # rotate queries and keys by their positions (RoPE) before the scores
         self.rotary_layout = rotary_layout  # where each rotary pair's two dimensions sit: "half" or "interleaved"
         self.rotary_dim = rotary_dim  # how many of each head's dimensions turn; None = all d_k
+        self.rope_base = rope_base  # pair i turns by position * rope_base ** (-2i / rotary_dim)
         if rotary:
             rotary_tables(torch.zeros(1), self.d_k, layout=rotary_layout, rotary_dim=rotary_dim)  # refuses bad ones
         self.dropout_p = dropout  # a probability, applied to the attention weights while training
@@ -243,6 +245,7 @@ class MultiHeadAttention(nn.Module):
             rotary,
             config.rotary_layout,
             config.rotary_dim,
+            config.rope_base,
         )
 
     def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,7 +254,7 @@ class MultiHeadAttention(nn.Module):
             size = max(length, 2 * self._rotary[0].shape[0] if self._rotary is not None else 0)  # grow by doubling
             with torch.inference_mode(False):  # kept for later calls, so ordinary tensors even while generating
                 positions = torch.arange(size, device=device)
-                self._rotary = rotary_tables(positions, self.d_k, layout=self.rotary_layout, rotary_dim=self.rotary_dim)
+                self._rotary = rotary_tables(positions, self.d_k, self.rope_base, self.rotary_layout, self.rotary_dim)
         return self._rotary
 
     def _check_inputs(

@@ -60,6 +60,9 @@ class TransformerConfig:
     )
     rotary_dim: int | None = None  # RoPE turns the first rotary_dim dimensions of each head; None = all (d_k)
     parallel_block: bool = False  # attention and feed-forward both read one norm's output and add to x (GPT-J, PaLM)
+    rope_base: float = 10000.0  # RoPE's pair i turns by position * rope_base ** (-2i / rotary_dim) (Mixtral: 1e6)
+    num_experts: int = 0  # > 0: each feed-forward block is a mixture of this many experts of width d_ff (Mixtral)
+    experts_per_token: int = 2  # with experts: how many each token goes to (top-k routing)
 
     def __post_init__(self) -> None:
         for name, source in _FOLLOWS.items():
@@ -106,8 +109,22 @@ class TransformerConfig:
         if self.rotary_dim is not None and (
             not isinstance(self.rotary_dim, int) or self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_k
         ):
+            raise ValueError(f"rotary_dim must be even and between 2 and d_k = {self.d_k}, got {self.rotary_dim!r}")
+        if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1):
+            raise ValueError(f"rope_base must be a number above 1, got {self.rope_base!r}")
+        if (
+            not isinstance(self.num_experts, int)
+            or isinstance(self.num_experts, bool)
+            or self.num_experts == 1
+            or self.num_experts < 0
+        ):
+            raise ValueError(f"num_experts must be 0 (a dense block) or at least 2, got {self.num_experts!r}")
+        if self.num_experts and not (
+            isinstance(self.experts_per_token, int) and 1 <= self.experts_per_token <= self.num_experts
+        ):
             raise ValueError(
-                f"rotary_dim must be even and between 2 and d_k = {self.d_k}, got {self.rotary_dim!r}"
+                f"experts_per_token must be between 1 and num_experts = {self.num_experts}, "
+                f"got {self.experts_per_token!r}"
             )
         if not isinstance(self.parallel_block, bool):
             raise ValueError(f"parallel_block must be True or False, got {self.parallel_block!r}")

@@ -7,7 +7,8 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import TransformerConfig, resolve_config
-from .layers import FeedForward, make_norm
+from .layers import make_norm
+from .moe import feed_forward
 
 __all__ = ["DecoderLayer", "Decoder"]
 
@@ -25,7 +26,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = make_norm(cfg)
         self.cross_attn = MultiHeadAttention.from_config(cfg, cross=True) if cross_attention else None
         self.norm2 = make_norm(cfg) if cross_attention else None
-        self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
+        self.feed_forward = None if cfg.attention_only else feed_forward(cfg)  # dense, or a mixture of experts
         self.norm3 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 

@@ -7,7 +7,8 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .config import TransformerConfig, resolve_config
-from .layers import FeedForward, make_norm
+from .layers import make_norm
+from .moe import feed_forward
 
 __all__ = ["EncoderLayer", "Encoder"]
 
@@ -24,7 +25,7 @@ class EncoderLayer(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
-        self.feed_forward = None if cfg.attention_only else FeedForward.from_config(cfg)
+        self.feed_forward = None if cfg.attention_only else feed_forward(cfg)  # dense, or a mixture of experts
         self.norm2 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 

@@ -10,8 +10,9 @@ no biases, again one config field each. GPT-J keeps LayerNorm and GELU but turns
 layout, where Llama in `transformers` pairs i with i + r/2), and runs attention and the
 feed-forward block side by side from one norm (a parallel block); its attention has no biases, its
 output layer has one. `with_rotary_layout` moves a model between the two rotary layouts without
-changing what it computes. `transformers` is an optional dependency (the test extra
-installs it); nothing here downloads.
+changing what it computes. Mixtral is Llama with a mixture of experts for its feed-forward blocks
+(`num_experts`, `experts_per_token`; see transformer_lib.moe) and another rotary base.
+`transformers` is an optional dependency (the test extra installs it); nothing here downloads.
 
     ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or a LlamaForCausalLM; logits equal to 1e-5
     theirs = to_hf(ours)                                      # the same kind of model, with our weights
@@ -25,7 +26,7 @@ from torch import nn
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
 
-__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config", "gptj_config", "with_rotary_layout"]
+__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config", "gptj_config", "mixtral_config", "with_rotary_layout"]
 
 
 def _decoder_only(**fields) -> TransformerConfig:
@@ -73,6 +74,58 @@ def _gpt2_names(num_layers: int) -> list[tuple[str, str, bool]]:
     return names
 
 
+def mixtral_config(hf_config) -> TransformerConfig:
+    """A MixtralConfig -> the TransformerConfig of the same architecture: Llama's, with routed SwiGLU experts."""
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    window = getattr(hf_config, "sliding_window", None)
+    checks = {
+        "hidden_act": (hf_config.hidden_act, "silu"),
+        "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads),
+        "sliding_window": (window is not None and window < hf_config.max_position_embeddings, False),
+        "router_jitter_noise": (getattr(hf_config, "router_jitter_noise", 0.0), 0.0),
+    }
+    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
+    if unsupported:
+        raise ValueError(f"this Mixtral differs from what the book builds: {unsupported}")
+    return _decoder_only(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_kv_heads=hf_config.num_key_value_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        max_len=hf_config.max_position_embeddings,
+        positional="rope",
+        rope_base=_rope_theta(hf_config),
+        activation="swiglu",
+        norm="rms",
+        eps=hf_config.rms_norm_eps,
+        bias=False,
+        tie_embeddings=hf_config.tie_word_embeddings,
+        num_experts=hf_config.num_local_experts,
+        experts_per_token=hf_config.num_experts_per_tok,
+    )
+
+
+def _mixtral_state(theirs: dict, cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Mixtral's state dict -> ours: Llama's names for attention and norms; each expert's gate, up and down
+    matrices cut out of Mixtral's stacked (E, 2 d_ff, d) and (E, d, d_ff) tensors."""
+    state = {}
+    for a, b in _llama_names(cfg.num_layers):
+        if ".feed_forward." not in a:
+            state[a] = theirs[b]
+    f = cfg.d_ff
+    for i in range(cfg.num_layers):
+        ours, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
+        state[ours + "router.weight"] = theirs[mlp + "gate.weight"]  # (E, d)
+        gate_up, down = theirs[mlp + "experts.gate_up_proj"], theirs[mlp + "experts.down_proj"]
+        for e in range(cfg.num_experts):
+            state[f"{ours}experts.{e}.linear1.weight"] = gate_up[e, :f]  # (d_ff, d): the SiLU-activated branch
+            state[f"{ours}experts.{e}.linear3.weight"] = gate_up[e, f:]  # (d_ff, d): the linear branch
+            state[f"{ours}experts.{e}.linear2.weight"] = down[e]  # (d, d_ff)
+    return state
+
+
 def _rope_theta(hf_config) -> float:
     parameters = getattr(hf_config, "rope_parameters", None) or {}
     if parameters.get("rope_type", "default") != "default":
@@ -87,7 +140,6 @@ def llama_config(hf_config) -> TransformerConfig:
         "hidden_act": (hf_config.hidden_act, "silu"),
         "attention_bias": (hf_config.attention_bias, False),
         "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
-        "rope theta": (_rope_theta(hf_config), 10000.0),
         "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads),
     }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
@@ -102,6 +154,7 @@ def llama_config(hf_config) -> TransformerConfig:
         d_ff=hf_config.intermediate_size,
         max_len=hf_config.max_position_embeddings,
         positional="rope",
+        rope_base=_rope_theta(hf_config),
         activation="swiglu",
         norm="rms",
         eps=hf_config.rms_norm_eps,
@@ -195,6 +248,9 @@ def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
     if kind == "LlamaForCausalLM":
         cfg = llama_config(hf_model.config)
         state = {a: theirs[b] for a, b in _llama_names(cfg.num_layers)}
+    elif kind == "MixtralForCausalLM":
+        cfg = mixtral_config(hf_model.config)
+        state = _mixtral_state(theirs, cfg)
     elif kind == "GPTJForCausalLM":
         cfg = gptj_config(hf_model.config)
         state = {a: theirs[b] for a, b in _gptj_names(cfg.num_layers)}
@@ -209,7 +265,9 @@ def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
                 state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
         state["head.weight"] = state["embed.table.weight"]  # tied
     else:
-        raise TypeError(f"from_hf takes a GPT2LMHeadModel, a LlamaForCausalLM or a GPTJForCausalLM, got {kind}")
+        raise TypeError(
+            "from_hf takes a GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or GPTJForCausalLM, got " + kind
+        )
     state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # GPT-2's and Llama's output layers have no bias
     ours = DecoderOnlyLM(cfg)
     ours.load_state_dict(state)
@@ -239,12 +297,51 @@ def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
         num_key_value_heads=cfg.num_kv_heads,
         max_position_embeddings=cfg.max_len,
         rms_norm_eps=cfg.eps,
+        rope_theta=cfg.rope_base,
         tie_word_embeddings=cfg.tie_embeddings,
     )
     _check_architecture(ours, llama_config(hf_config), "Llama")
     hf = LlamaForCausalLM(hf_config)
     mine = ours.state_dict()
     hf.load_state_dict({b: mine[a] for a, b in _llama_names(cfg.num_layers)})
+    return hf.eval()
+
+
+def _to_mixtral(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = ours.config
+    hf_config = MixtralConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_len,
+        rms_norm_eps=cfg.eps,
+        rope_theta=cfg.rope_base,
+        tie_word_embeddings=cfg.tie_embeddings,
+        num_local_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.experts_per_token,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    _check_architecture(ours, mixtral_config(hf_config), "Mixtral")
+    hf = MixtralForCausalLM(hf_config)
+    mine = ours.state_dict()
+    state = {b: mine[a] for a, b in _llama_names(cfg.num_layers) if ".feed_forward." not in a}
+    for i in range(cfg.num_layers):
+        ff, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
+        state[mlp + "gate.weight"] = mine[ff + "router.weight"]
+        gate_up = [
+            torch.cat([mine[f"{ff}experts.{e}.linear1.weight"], mine[f"{ff}experts.{e}.linear3.weight"]])
+            for e in range(cfg.num_experts)
+        ]  # each (2 d_ff, d)
+        state[mlp + "experts.gate_up_proj"] = torch.stack(gate_up)  # (E, 2 d_ff, d)
+        down = [mine[f"{ff}experts.{e}.linear2.weight"] for e in range(cfg.num_experts)]  # each (d, d_ff)
+        state[mlp + "experts.down_proj"] = torch.stack(down)  # (E, d, d_ff)
+    hf.load_state_dict(state)
     return hf.eval()
 
 
@@ -319,6 +416,8 @@ def to_hf(ours: DecoderOnlyLM) -> nn.Module:
         raise TypeError(f"to_hf takes a DecoderOnlyLM, got {type(ours).__name__}")
     if ours.config.parallel_block or ours.config.rotary_layout == "interleaved":
         return _to_gptj(ours)
+    if ours.config.num_experts:
+        return _to_mixtral(ours)
     if ours.config.positional == "rope":
         return _to_llama(ours)
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -83,7 +83,7 @@ def test_llama_logits_generation_and_weights_round_trip(llama):
 
 def test_clear_errors(gpt2):
     with pytest.raises(
-        TypeError, match="from_hf takes a GPT2LMHeadModel, a LlamaForCausalLM or a GPTJForCausalLM, got"
+        TypeError, match="from_hf takes a GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or GPTJForCausalLM, got"
     ):
         from_hf(torch.nn.Linear(2, 2))
     not_gpt2 = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64)

@@ -1,0 +1,152 @@
+"""Mixture of experts: a feed-forward block that sends each token to a few of many experts.
+
+A router (one linear layer, no bias) scores every expert for every token; the softmax of the
+scores is a distribution over the experts; each token goes to its `top_k` likeliest experts, and
+their outputs are added with those probabilities renormalised to sum to 1 (as Mixtral does).
+Each expert is an ordinary `FeedForward` of width d_ff, so a token pays for top_k experts while
+the layer holds num_experts of them.
+
+Left alone, a router tends to send most tokens to a few experts. The load-balancing loss of the
+Switch Transformer (Fedus et al., 2022), which Mixtral adds to its language-model loss, is
+num_experts times the sum over experts of (the share of routing slots the expert got) times (the
+mean probability the router gave it). It is smallest, top_k, when both are uniform. In use::
+
+    with router_logits(model) as logits:            # every MoE layer's router output, (N, E) each
+        out = model(tokens)
+    aux = load_balancing_loss(logits, top_k=2)      # add coefficient * aux to the loss
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import TransformerConfig
+from .layers import FeedForward
+
+__all__ = ["MoEFeedForward", "feed_forward", "router_logits", "load_balancing_loss", "expert_shares", "moe_lm_loss"]
+
+
+class MoEFeedForward(nn.Module):
+    """x (..., d_model) -> (..., d_model): each token through its top_k of num_experts feed-forward blocks."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        num_experts: int,
+        top_k: int = 2,
+        dropout: float = 0.0,
+        activation: str = "swiglu",
+        bias: bool = False,
+    ):
+        super().__init__()
+        if num_experts < 2 or not 1 <= top_k <= num_experts:
+            raise ValueError(f"need num_experts >= 2 and 1 <= top_k <= num_experts, got {num_experts} and {top_k}")
+        self.num_experts, self.top_k = num_experts, top_k
+        self.router = nn.Linear(d_model, num_experts, bias=False)  # one score per expert
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, dropout, activation, bias) for _ in range(num_experts))
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
+        """The routed block of a layer built from `config` (num_experts experts of width d_ff)."""
+        return cls(
+            config.d_model,
+            config.d_ff,
+            config.num_experts,
+            config.experts_per_token,
+            config.dropout,
+            config.activation,
+            config.bias,
+        )
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (N, d_model) -> (router logits (N, E), gates (N, k) summing to 1, chosen experts (N, k))."""
+        logits = self.router(x)  # (N, E)
+        probs = logits.float().softmax(dim=-1)  # (N, E)
+        top, chosen = probs.topk(self.top_k, dim=-1)  # (N, k) each, likeliest first
+        return logits, (top / top.sum(dim=-1, keepdim=True)).to(x.dtype), chosen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) -> (..., d_model): the gate-weighted sum of each token's chosen experts."""
+        flat = x.reshape(-1, x.shape[-1])  # (N, d_model): every token of the batch
+        _, gates, chosen = self.route(flat)
+        out = torch.zeros_like(flat)  # (N, d_model)
+        for e, expert in enumerate(self.experts):
+            token, slot = (chosen == e).nonzero(as_tuple=True)  # (n_e,) each: the tokens sent to expert e
+            if token.numel():
+                out.index_add_(0, token, expert(flat[token]) * gates[token, slot, None])  # (n_e, d_model)
+        return out.view(x.shape)
+
+
+def feed_forward(config: TransformerConfig) -> nn.Module:
+    """The feed-forward block of a layer built from `config`: routed when config.num_experts > 0, else dense."""
+    return MoEFeedForward.from_config(config) if config.num_experts else FeedForward.from_config(config)
+
+
+@contextmanager
+def router_logits(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, collect every MoE layer's router logits (N, E) of each forward pass, in layer order.
+
+    They keep their autograd graph, so that a load-balancing loss computed from them trains the routers.
+    """
+    collected: list[torch.Tensor] = []
+    routers = [m.router for m in model.modules() if isinstance(m, MoEFeedForward)]
+    if not routers:
+        raise TypeError(f"{type(model).__name__} has no MoEFeedForward layer (config.num_experts is 0)")
+    handles = [r.register_forward_hook(lambda m, args, out: collected.append(out)) for r in routers]
+    try:
+        yield collected
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def load_balancing_loss(logits: list[torch.Tensor], top_k: int) -> torch.Tensor:
+    """The Switch Transformer's auxiliary loss over all layers' router logits, each (N, E) -> a scalar.
+
+    E * sum_e f_e * P_e, where f_e is the number of routing slots given to expert e divided by the
+    number of tokens (so the f_e sum to top_k) and P_e the mean router probability of expert e, both
+    over every token of every layer together (as Mixtral in transformers computes it). Balanced
+    routing gives top_k; everything on one expert gives E * top_k.
+    """
+    if not logits:
+        raise ValueError("no router logits: run the model inside router_logits(model) first")
+    num_experts = logits[0].shape[-1]
+    slots = torch.zeros(num_experts, device=logits[0].device)
+    probs = torch.zeros(num_experts, device=logits[0].device)
+    rows = 0
+    for layer in logits:
+        p = layer.float().softmax(dim=-1)  # (N, E)
+        chosen = p.topk(top_k, dim=-1).indices  # (N, k)
+        slots = slots + F.one_hot(chosen, num_experts).sum(dim=(0, 1))  # (E,): routing slots per expert
+        probs = probs + p.sum(dim=0)  # (E,)
+        rows += p.shape[0]
+    return num_experts * torch.sum((slots / rows) * (probs / rows))
+
+
+def expert_shares(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """One layer's router logits (N, E) -> the share of routing slots each expert got, (E,), summing to 1."""
+    chosen = logits.topk(top_k, dim=-1).indices  # (N, k): the softmax keeps the order, so the logits do
+    counts = torch.bincount(chosen.flatten(), minlength=logits.shape[-1]).float()  # (E,)
+    return counts / counts.sum()
+
+
+def moe_lm_loss(coefficient: float):
+    """A loss function for `fit`: next-token cross-entropy plus coefficient * load_balancing_loss.
+
+    With coefficient 0 the routers learn from the language-model loss alone.
+    """
+    from .training import lm_loss
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        with router_logits(model) as logits:
+            lm = lm_loss(model, batch)
+        top_k = next(m for m in model.modules() if isinstance(m, MoEFeedForward)).top_k
+        return lm + coefficient * load_balancing_loss(logits, top_k) if coefficient else lm
+
+    return loss
