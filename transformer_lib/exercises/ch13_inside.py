@@ -20,11 +20,10 @@ def _contribution_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, heads (B, T, h, d_k), out_proj.weight (d, h * d_k)): heads, widths and lengths all differ."""
     g = _seeded(13)
     cases = []
-    for B, T, h, d_k in ((2, 5, 4, 3), (1, 7, 2, 5), (3, 4, 3, 4)):
-        d = h * d_k
+    for B, T, h, d_k, d in ((2, 5, 4, 3, 12), (1, 7, 2, 5, 10), (3, 4, 3, 4, 10)):  # the last: d_model != h * d_k
         cases.append(
             (
-                f"heads of shape {(B, T, h, d_k)} and out_proj.weight of shape {(d, d)}",
+                f"heads of shape {(B, T, h, d_k)} and out_proj.weight of shape {(d, h * d_k)}",
                 torch.randn(B, T, h, d_k, generator=g),
                 torch.randn(d, h * d_k, generator=g),
             )
@@ -35,7 +34,7 @@ def _contribution_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
 def _contribution_mistakes(heads: torch.Tensor, weight: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     B, T, h, d_k = heads.shape
     d = weight.shape[0]
-    return [
+    mistakes = [
         (
             torch.einsum("bthk,hkd->bthd", heads, weight.reshape(h, d_k, d)),
             "You split out_proj.weight's rows: it has shape (d_model, h * d_k), and head i reads its "
@@ -59,6 +58,7 @@ def _contribution_mistakes(heads: torch.Tensor, weight: torch.Tensor) -> list[tu
             "Each head's contribution is its own, not a running sum over the heads before it.",
         ),
     ]
+    return mistakes
 
 
 def check_head_contributions(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
@@ -150,7 +150,33 @@ def _score_mistakes(pattern: torch.Tensor, tokens: torch.Tensor) -> list[tuple[t
     right = _targets(tokens)
     everywhere = (pattern * right[:, None].to(pattern)).sum(-1).mean((0, 2))  # (h,): over every position
     last = right & (right.flip(-1).cumsum(-1).flip(-1) == 1)  # only the latest target of each query
+    T = tokens.shape[1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
+    rolled = torch.roll(same, 1, dims=-1) & torch.ones(T, T, dtype=torch.bool).tril()  # wraps key T-1 to key 0
+    future = torch.zeros_like(same)
+    future[:, :, 1:] = same[:, :, :-1]  # s = j + 1 for every j, later ones included: no s <= t
+    mass = pattern * right[:, None].to(pattern)  # (B, h, T, T)
+    counted = right.any(-1)  # (B, T)
+    per_target = (mass.sum(-1) / right.sum(-1).clamp(min=1)[:, None]).permute(1, 0, 2)[:, counted].mean(-1)
+    by_position = torch.stack(
+        [mass.sum(-1)[:, :, t][counted[:, t]].mean(0) for t in range(T) if counted[:, t].any()]
+    ).mean(0)  # (h,): each position's mean over the batch first, then over positions
     return [
+        (
+            per_target,
+            "Sum the attention over the targets; do not divide it by their number. A head that splits its "
+            "attention over two earlier copies still attends fully to what followed them.",
+        ),
+        (
+            _score(pattern, rolled),
+            "Your shift wraps around (torch.roll?): key 0 follows nothing, so it is never a target. Shift "
+            "without wrapping: targets[..., 1:] = same[..., :-1].",
+        ),
+        (
+            by_position,
+            "Average over the counted positions of the whole batch at once, not position by position: "
+            "positions counted in fewer sequences would weigh as much as the others.",
+        ),
         (
             _score(pattern, _targets(tokens, shift=0)),
             "That is the attention on the earlier copy of the token itself (a duplicate-token head). An "
@@ -165,6 +191,11 @@ def _score_mistakes(pattern: torch.Tensor, tokens: torch.Tensor) -> list[tuple[t
             everywhere,
             "Average only over the positions whose token appeared before: the others have no key to find, "
             "and counting them as 0 drags every score down.",
+        ),
+        (
+            _score(pattern, future),
+            "Only keys up to t count (s <= t): a position whose token appears again only later has no target "
+            "yet, and must not be counted.",
         ),
         (
             _score(pattern, right, per_sequence=True),
@@ -248,6 +279,64 @@ def _permuted(model: torch.nn.Module, orders: list[list[int]]) -> torch.nn.Modul
     return twin.eval()
 
 
+def _deeper(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of an attention-only DecoderOnlyLM with one more layer in front that writes nothing (its output
+    projection is zero): the same function, with every head one layer further down."""
+    import copy
+
+    from ..models import DecoderOnlyLM
+
+    cfg = model.config
+    with torch.random.fork_rng():
+        torch.manual_seed(32)
+        twin = DecoderOnlyLM(cfg.replace(num_layers=cfg.num_layers + 1))
+    state = copy.deepcopy(model.state_dict())
+    renamed = {}
+    for name, tensor in state.items():
+        if name.startswith("decoder.layers."):
+            i, rest = name.removeprefix("decoder.layers.").split(".", 1)
+            name = f"decoder.layers.{int(i) + 1}.{rest}"
+        renamed[name] = tensor
+    first = twin.decoder.layers[0]
+    for name, tensor in first.state_dict().items():
+        renamed[f"decoder.layers.0.{name}"] = tensor
+    twin.load_state_dict(renamed)
+    with torch.no_grad():
+        first.self_attn.out_proj.weight.zero_()
+        if first.self_attn.out_proj.bias is not None:
+            first.self_attn.out_proj.bias.zero_()
+        if first.feed_forward is not None:
+            first.feed_forward.linear2.weight.zero_()
+            if first.feed_forward.linear2.bias is not None:
+                first.feed_forward.linear2.bias.zero_()
+    return twin.eval()
+
+
+def _weakened(model: torch.nn.Module, tokens: torch.Tensor) -> torch.nn.Module | None:
+    """A copy whose strongest induction head is blurred (its queries shrunk) until it scores between 0.3 and
+    0.48: below the threshold, but above half the best score. None if no shrinking lands there."""
+    import copy
+
+    best, layer, head = 0.0, 0, 0
+    _, cache = inside.run_with_cache(model, tokens)
+    for i in range(len(model.decoder.layers)):
+        scores = inside.induction_scores(cache[f"decoder.layers.{i}.self_attn.pattern"], tokens)
+        if scores.max() > best:
+            best, layer, head = float(scores.max()), i, int(scores.argmax())
+    for factor in (0.6, 0.5, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1):
+        twin = copy.deepcopy(model).eval()
+        mha = twin.decoder.layers[layer].self_attn
+        with torch.no_grad():
+            mha.q_proj.weight[head * mha.d_k : (head + 1) * mha.d_k] *= factor
+            if mha.q_proj.bias is not None:
+                mha.q_proj.bias[head * mha.d_k : (head + 1) * mha.d_k] *= factor
+        _, cache = inside.run_with_cache(twin, tokens)
+        score = float(inside.induction_scores(cache[f"decoder.layers.{layer}.self_attn.pattern"], tokens)[head])
+        if 0.3 < score < 0.48:
+            return twin
+    return None
+
+
 def _induction_heads(model: torch.nn.Module, tokens: torch.Tensor, threshold: float = 0.5) -> list[tuple[int, int]]:
     _, cache = inside.run_with_cache(model, tokens)
     found = []
@@ -284,8 +373,9 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
 
     The checker runs the learner's measurement itself, on copies of `model` whose heads it has
     renumbered in every layer (the same model, heads in another order), on an untrained model of the
-    same shape, and on blocks of lengths and seeds of its own. It compares with its own measurement.
-    An answer typed from the chapter's output cannot pass.
+    same shape, on a copy with one more layer in front (every head one layer down), on a copy with
+    one induction head blurred to just under 0.5, and on blocks of lengths and seeds of its own. It
+    compares with its own measurement. An answer typed from the chapter's output cannot pass.
     """
     from ..models import DecoderOnlyLM
 
@@ -311,10 +401,20 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
         if k == 0:
             unpermuted = _induction_heads(model, tokens)
     cases.append(("an untrained model of the same shape on blocks of 12 tokens", untrained, cases[0][2]))
+    if model.config.attention_only:
+        cases.append(("the model with one more layer in front, which writes nothing", _deeper(model), cases[1][2]))
+    weak = _weakened(cases[0][1], cases[0][2])
+    if weak is not None:
+        cases.append(("the model with one induction head blurred to a score just under 0.5", weak, cases[0][2]))
     for case, subject, tokens in cases:
         want = sorted(_induction_heads(subject, tokens))
         before = [p.detach().clone() for p in subject.parameters()]
-        got, hint = attempt(fn, subject, tokens.clone(), case=case)
+        seen = []  # what the model was run on: the checker's tokens, not data of the learner's own
+        watch = subject.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[0]))
+        try:
+            got, hint = attempt(fn, subject, tokens.clone(), case=case)
+        finally:
+            watch.remove()
         if _hooks_left(subject):
             return (
                 "Your experiment left hooks on the model: use tl.inside.capture or run_with_cache, which remove them."
@@ -326,15 +426,29 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
         pairs = _as_pairs(got)
         if pairs is None:
             return f"Return a list of (layer, head) pairs, got {type(got).__name__}: {got!r}"[:300]
-        if pairs == want:
-            continue
         if unpermuted is not None and pairs == sorted(unpermuted) and want != sorted(unpermuted):
             return (
                 f"On {case}: {pairs} are the heads of the model as the chapter numbered them. The checker renumbered "
                 "the heads, so the answer must come from measuring the model you are given."
             )
+        used = any(
+            isinstance(a, torch.Tensor) and a.shape[0] == tokens.shape[0] and torch.equal(a, tokens[:, : a.shape[1]])
+            for a in seen
+        )
+        if not used:
+            return (
+                f"On {case}: your function did not run the model on the tokens it was given. Measure on `tokens`: "
+                "the checker passes blocks of its own."
+            )
+        if pairs == want:
+            continue
         if pairs == sorted((a - 1, b - 1) for a, b in want) or pairs == sorted((a + 1, b + 1) for a, b in want):
             return f"On {case}: count layers and heads from 0, as model.decoder.layers and the hook names do."
+        if not pairs and want:
+            return (
+                f"On {case}: you found no head, but this model has induction heads {want}. Score every layer's "
+                "pattern with tl.inside.induction_scores (not the previous-token score) and keep those above 0.5."
+            )
         previous = sorted(_previous_heads(subject, tokens))
         if pairs and pairs == previous:
             return (
@@ -344,6 +458,11 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
         every = [(i, j) for i in range(len(subject.decoder.layers)) for j in range(h)]
         if pairs == sorted(set(every) - set(want)):
             return f"On {case}: that is every head except the induction heads: keep the scores above 0.5."
+        if set(want) < set(pairs):
+            return (
+                f"On {case}: you also kept {sorted(set(pairs) - set(want))}, whose scores are below 0.5. Keep "
+                "exactly the heads whose induction score is above 0.5, not a threshold relative to the best head."
+            )
         for i in range(len(subject.decoder.layers)):
             if pairs and pairs == [p for p in want if p[0] == i] and pairs != want:
                 return f"On {case}: you looked at layer {i} only; score the heads of every layer."

@@ -120,6 +120,51 @@ def test_induction_score_mistakes_are_named(wrong, phrase):
     rejected(ex.check_induction_scores(wrong), phrase)
 
 
+def _rolled(p, t):  # the shift by torch.roll, which wraps the last key round to key 0
+    T = t.shape[1]
+    targets = torch.roll(t[:, :, None] == t[:, None, :], 1, dims=-1) & torch.ones(T, T, dtype=torch.bool).tril()
+    return _pooled(p, targets)
+
+
+def _future_too(p, t):  # no s <= t: positions whose token comes again later are counted too
+    same = t[:, :, None] == t[:, None, :]
+    targets = torch.zeros_like(same)
+    targets[:, :, 1:] = same[:, :, :-1]
+    return _pooled(p, targets)
+
+
+def _per_target(p, t):
+    targets = _targets(t)
+    mass = (p * targets[:, None]).sum(-1) / targets.sum(-1).clamp(min=1)[:, None]
+    return mass.permute(1, 0, 2)[:, targets.any(-1)].mean(-1)
+
+
+def _position_first(p, t):
+    targets = _targets(t)
+    mass, counted = (p * targets[:, None]).sum(-1), targets.any(-1)
+    return torch.stack([mass[:, :, i][counted[:, i]].mean(0) for i in range(t.shape[1]) if counted[:, i].any()]).mean(0)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (_rolled, "wraps around"),
+        (_future_too, "appear"),
+        (_per_target, "do not divide it by their number"),
+        (_position_first, "not position by position"),
+    ],
+)
+def test_more_induction_score_mistakes_are_named(wrong, phrase):
+    rejected(ex.check_induction_scores(wrong), phrase)
+
+
+def test_a_view_sized_by_the_wrong_dimension_fails_where_d_model_is_not_h_times_d_k():
+    def wrong_size(x, w):
+        return torch.einsum("bthk,dhk->bthd", x, w.view(w.shape[1], x.shape[2], x.shape[3]))
+
+    rejected(ex.check_head_contributions(wrong_size), "(10, 12)")
+
+
 def test_the_library_induction_score_is_refused():
     rejected(ex.check_induction_scores(lambda p, t: inside.induction_scores(p, t)), "write it by hand")
 
@@ -145,15 +190,38 @@ def _found(model, tokens, score, threshold=0.5):
     return out
 
 
+def _last_layer_only(model, tokens):  # the layer index typed in: right while the induction heads sit in layer 1
+    _, cache = inside.run_with_cache(model, tokens)
+    scores = inside.induction_scores(cache["decoder.layers.1.self_attn.pattern"], tokens)
+    return [(1, h) for h in range(len(scores)) if scores[h] > 0.5]
+
+
+def _own_data(model, tokens):  # measured on the chapter's test blocks, whatever it is given
+    return _found(model, tl.recipes.induction_test()[:16], inside.induction_scores)
+
+
+def _relative_threshold(model, tokens):
+    _, cache = inside.run_with_cache(model, tokens)
+    found = []
+    for i in range(len(model.decoder.layers)):
+        s = inside.induction_scores(cache[f"decoder.layers.{i}.self_attn.pattern"], tokens)
+        found += [(i, h) for h in range(len(s)) if s[h] > 0.5 * s.max() and s.max() > 0.5]
+    return found
+
+
 @pytest.mark.parametrize(
     ("wrong", "phrase"),
     [
         (lambda m, t: [(1, 0), (1, 1), (1, 2)], "renumbered the heads"),
         (lambda m, t: [(a + 1, b + 1) for a, b in _found(m, t, inside.induction_scores)], "count layers and heads"),
         (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.3), "expected the heads"),
+        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.5), "found no head"),
         (lambda m, t: _found(m, t, lambda p, tok: -inside.induction_scores(p, tok), -0.5), "every head except"),
-        (lambda m, t: [p for p in _found(m, t, inside.induction_scores) if p[0] == 0], "expected the heads"),
-        (lambda m, t: _found(m, t[:, : t.shape[1] // 2], lambda p, tok: inside.head_scores(p, 1), 0.99), "expected"),
+        (lambda m, t: [p for p in _found(m, t, inside.induction_scores) if p[0] == 0], "found no head"),
+        (lambda m, t: _found(m, t[:, : t.shape[1] // 2], lambda p, tok: inside.head_scores(p, 1), 0.99), "no head"),
+        (_last_layer_only, "score every layer"),
+        (_own_data, "did not run the model on the tokens it was given"),
+        (_relative_threshold, "not a threshold relative"),
         (lambda m, t: "layer 2", "list of (layer, head) pairs"),
         (raising(KeyError("decoder.layers.0.attn.pattern")), "raised KeyError"),
     ],
