@@ -7,7 +7,7 @@ nothing: the figures in `viz` (and matplotlib's pyplot) load the first time one 
 
 import importlib
 
-from . import corpus, exercises, inside, lora, moe, recipes
+from . import corpus, exercises, inside, lora, moe, quantization, recipes
 from .attention import KVCache, MultiHeadAttention, capture_attention, fused_attention, scaled_dot_product_attention
 from .checkpoints import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
@@ -203,6 +203,8 @@ __all__ = [
     "moe",
     # low-rank adapters on a frozen model
     "lora",
+    # int8 weights, per channel
+    "quantization",
     # utilities, figures and course material
     "set_seed",
     "get_device",
