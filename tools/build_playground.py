@@ -9,12 +9,15 @@ the pages' own JavaScript):
     models/*.onnx   the numbers-to-words translator, the Shakespeare character model as a step model
                     that keeps a KV cache (shakespeare_char_step.onnx: the page feeds the prompt once, then
                     one character per call, carrying the keys and values), its first attention layer with
-                    the mask as an input (the masks playground), the bracket classifier
+                    the mask as an input (the masks playground), the bracket classifier, and the Shakespeare
+                    model's logit lens with every layer's attention (shakespeare_char_lens.onnx: the page
+                    "Inside the language model")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes and the bracket
                         head that tracks partners
     expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
                     words and text (also the longest the model allows: 8 prompt characters and 120 new),
-                    one step's sampling distribution, P(balanced), masked weights
+                    one step's sampling distribution, P(balanced), masked weights, the logit lens's top three
+                    next characters per layer and position and every head's induction score
 
 Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out; the
 step model call by call, from the prompt to the model's last position, against the full forward
@@ -39,9 +42,11 @@ from transformer_lib import recipes
 from transformer_lib.export import (
     empty_past,
     export_first_attention,
+    export_lens,
     export_onnx,
     export_step,
     first_attention,
+    lens_model,
     step_model,
     with_attention,
 )
@@ -58,6 +63,9 @@ LONGEST = "Juliet.\n"  # 8 characters, then new ones up to the model's 128 posit
 SAMPLING = {"prompt": "Romeo.\n", "temperature": 0.8, "top_k": 5, "top_p": 0.6}  # one step's distribution
 BRACKETS = ["([()])[]", "([(])][]", "[[()]]", "[]", "(()", "([)]", "((((()))))"]  # the pages quote the first four
 MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causal": True}
+VERSE = "To be, or not to be, that is the question:"  # the inside page's default text
+RANDOM = {"seed": 0, "block": 24}  # the inside page's "Repeated random string": 24 characters drawn with seed 0, twice
+LENS_TOP = 3  # the inside page shows the lens's three likeliest next characters
 
 
 def specials(tok) -> dict[str, int]:
@@ -219,6 +227,85 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     return meta, expected, masks_meta, {**MASKS, "weights": weights.tolist()}
 
 
+def mulberry32(seed: int):
+    """The pages' seeded generator (mulberry32 in playground.js), number for number: seed -> an endless iterator of
+    floats in [0, 1). With it the build draws the same repeated random string as the inside page's button."""
+    m = 0xFFFFFFFF
+    a = seed & m
+    while True:
+        a = (a + 0x6D2B79F5) & m
+        t = ((a ^ (a >> 15)) * (1 | a)) & m
+        t = ((t + (((t ^ (t >> 7)) * (61 | t)) & m)) & m) ^ t
+        yield ((t ^ (t >> 14)) & m) / 4294967296
+
+
+def repeated_random(tok, seed: int, block: int) -> str:
+    """`block` characters of the vocabulary (no special token) drawn with mulberry32(seed), shown twice: the page's
+    button does the same, so a seed gives the same string here and there."""
+    chars = tok.itos[specials(tok)["count"] :]
+    draw = mulberry32(seed)
+    text = "".join(chars[int(next(draw) * len(chars))] for _ in range(block))
+    return text + text
+
+
+def _lens_answers(model, tok, text: str) -> dict:
+    """PyTorch's answers for the inside page on `text`: per layer and position the logit lens's LENS_TOP likeliest
+    next tokens with their probabilities, and every head's induction score (tl.inside), per layer. Fails when a
+    top-three comparison sits on a near tie: the lens's logits of ranks 1 to 4 must be 1e-3 apart or more."""
+    tokens = torch.tensor([tok.encode(text)])  # (1, T)
+    logits, cache = tl.inside.run_with_cache(model, tokens)
+    lens = tl.inside.logit_lens(model, cache)[:, 0]  # (L, T, V)
+    top = lens.topk(LENS_TOP + 1, dim=-1).values  # (L, T, 4)
+    margin = float((top[..., :-1] - top[..., 1:]).min())
+    if margin < 1e-3:
+        raise SystemExit(
+            f"the logit lens on {text!r} has a near tie in its top {LENS_TOP} ({margin:.1e}); pick another"
+        )
+    probs = lens.double().softmax(-1)  # (L, T, V), as the page computes them from the same logits
+    p, ids = probs.topk(LENS_TOP, dim=-1)  # (L, T, 3) each
+    layers = len(model.decoder.layers)
+    patterns = [cache[f"decoder.layers.{i}.self_attn.pattern"] for i in range(layers)]  # (1, h, T, T) each
+    return {
+        "text": text,
+        "margin": margin,
+        "top": [[[tok.itos[i] for i in row] for row in layer] for layer in ids.tolist()],  # (L, T, 3) tokens
+        "probs": p.tolist(),  # (L, T, 3)
+        "induction": [tl.inside.induction_scores(pattern, tokens).tolist() for pattern in patterns],  # (L, h)
+    }
+
+
+def inside_lm(models: Path) -> tuple[dict, dict]:
+    """The inside page: the Shakespeare character model's logit lens and attention, as ONNX, and PyTorch's answers on
+    a line of verse and on a repeated random string."""
+    model, _ = tl.load_checkpoint("shakespeare_char")
+    tok = recipes.shakespeare_data("char")[0]
+    cfg = model.config
+    random_text = repeated_random(tok, RANDOM["seed"], RANDOM["block"])
+    answers = {
+        "verse": _lens_answers(model, tok, VERSE),
+        "random": {**RANDOM, **_lens_answers(model, tok, random_text)},
+    }
+    path = export_lens(model, models / "shakespeare_char_lens.onnx")
+    session = ort.InferenceSession(str(path))
+    gap = 0.0
+    for text in (VERSE, random_text, "T", repeated_random(tok, 1, cfg.max_len // 2)):
+        tokens = torch.tensor([tok.encode(text)])  # (1, T): the answers' texts, one character, all of max_len
+        with torch.no_grad():
+            expected = lens_model(model)(tokens)  # lens (L, T, V), attention (L, h, T, T)
+        gap = max(gap, _check(f"{path.stem} on {len(text)} characters", session, (tokens,), expected))
+    meta = {
+        "itos": tok.itos,
+        "specials": specials(tok),
+        "max_len": cfg.max_len,
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+        "top": LENS_TOP,
+        "random_block": RANDOM["block"],
+        "gap": gap,
+    }
+    return meta, answers
+
+
 def partner_head(model, tok) -> tuple[int, int, float]:
     """(layer, head, mean weight) of the head that looks most from each bracket to its partner, on held-out
     balanced strings: the encoder chapter's measure."""
@@ -296,11 +383,13 @@ def main() -> int:
     meta["numbers_to_words"], expected["numbers_to_words"] = numbers_to_words(models)
     meta["shakespeare_char"], expected["shakespeare_char"], meta["masks"], expected["masks"] = shakespeare(models)
     meta["bracket_classifier"], expected["bracket_classifier"] = brackets(models)
+    meta["inside"], expected["inside"] = inside_lm(models)
     files = {
         "numbers_to_words": "numbers_to_words",
         "shakespeare_char": "shakespeare_char_step",
         "masks": "shakespeare_char_layer1",
         "bracket_classifier": "bracket_classifier",
+        "inside": "shakespeare_char_lens",
     }
     for key, stem in files.items():
         meta[key]["file"] = f"{stem}.onnx"

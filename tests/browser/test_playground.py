@@ -25,6 +25,7 @@ PAGES = {
     "masks": "masks",
     "shakespeare_char": "language_model",
     "bracket_classifier": "brackets",
+    "inside": "inside",
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -216,6 +217,100 @@ def test_masks_give_pytorchs_weights_and_zeros_for_a_fully_masked_row(page, site
     assert not network_problems(page)
 
 
+def _lens_and_scores(page) -> tuple[list, list]:
+    """The inside page's answer: (per layer, per position, the shown candidates as (token, p)), (per layer, per head,
+    the induction scores); both read from the exact values the page keeps in data attributes."""
+    lens = page.eval_on_selector_all(
+        "#inside-lens tbody tr",
+        """rows => rows.map(r => [...r.querySelectorAll('td.inside-candidates')].map(td =>
+            [...td.querySelectorAll('.inside-candidate')].map(c => [c.dataset.token, Number(c.dataset.p)])))""",
+    )  # (T, L, 3, 2)
+    scores = page.eval_on_selector_all(
+        "#inside-induction tbody tr", "rows => rows.map(r => [...r.querySelectorAll('td')].map(c => +c.dataset.score))"
+    )  # (L, h)
+    return [list(layer) for layer in zip(*lens)], scores  # (L, T, 3, 2), (L, h)
+
+
+def _assert_inside_equals(page, case):
+    lens, scores = _lens_and_scores(page)
+    assert [[[t for t, _ in cell] for cell in layer] for layer in lens] == case["top"], "not PyTorch's top three"
+    worst = max(
+        abs(p - q)
+        for layer, ps in zip(lens, case["probs"])
+        for cell, qs in zip(layer, ps)
+        for (_, p), q in zip(cell, qs)
+    )
+    assert worst < 5e-5, f"the lens's probabilities differ from PyTorch's by {worst:.1e}"
+    assert len(scores) == len(case["induction"])
+    worst = max(abs(a - b) for row, expected in zip(scores, case["induction"]) for a, b in zip(row, expected))
+    assert worst < 1e-5, f"the induction scores differ from PyTorch's by {worst:.1e}"
+
+
+def test_inside_shows_pytorchs_logit_lens_and_induction_scores(page, site_url, expected, meta, request):
+    """The verse the page opens with, then the repeated random string that the button draws for the build's seed:
+    per layer and position the same three likeliest next characters as tl.inside.logit_lens, with its probabilities,
+    and every head's induction score as tl.inside.induction_scores."""
+    _open(page, site_url, "inside", request)
+    verse, random = expected["inside"]["verse"], expected["inside"]["random"]
+    assert page.input_value("#inside-text") == verse["text"]
+    _assert_inside_equals(page, verse)
+    page.fill("#inside-seed", str(random["seed"]))
+    status = _status_after(page, "inside-status", lambda: page.click("#inside-random"))
+    assert page.input_value("#inside-text") == random["text"], "the button drew another string for the seed"
+    assert (
+        len(random["text"]) == 2 * meta["inside"]["random_block"]
+        and random["text"][: random["block"]] * 2 == random["text"]
+    )
+    assert status.startswith(
+        f"A random string of {random['block']} characters (seed {random['seed']}), shown twice."
+    ), status
+    _assert_inside_equals(page, random)
+    again = _status_after(page, "inside-status", lambda: page.click("#inside-random"))
+    assert again == status and page.input_value("#inside-text") == random["text"]  # the same seed, the same string
+    page.fill("#inside-seed", str(random["seed"] + 1))
+    _status_after(page, "inside-status", lambda: page.click("#inside-random"))
+    assert page.input_value("#inside-text") != random["text"]
+    assert not network_problems(page)
+
+
+def test_inside_draws_any_heads_attention_with_the_induction_targets_outlined(page, site_url, expected, meta):
+    _open(page, site_url, "inside")
+    random = expected["inside"]["random"]
+    page.fill("#inside-seed", str(random["seed"]))
+    _status_after(page, "inside-status", lambda: page.click("#inside-random"))
+    text = random["text"]
+    targets = sum(1 for t, c in enumerate(text) for s in range(1, t + 1) if text[s - 1] == c)  # (query, key) pairs
+    row_sums = """svg => { const rows = {};
+        svg.querySelectorAll('rect[data-w]').forEach(r => {
+            rows[r.dataset.row] = (rows[r.dataset.row] || 0) + Number(r.dataset.w); });
+        return Object.values(rows); }"""
+    for layer in range(meta["inside"]["layers"]):
+        for head in range(meta["inside"]["heads"]):
+            page.select_option("#inside-layer", index=layer)
+            page.select_option("#inside-head", index=head)
+            label = page.get_attribute("#inside-map svg", "aria-label")
+            assert label.startswith(
+                f"Attention weights of layer {layer + 1}, head {head + 1} on {len(text)} characters"
+            )
+            sums = page.eval_on_selector("#inside-map svg", row_sums)
+            assert len(sums) == len(text) and all(abs(x - 1) < 1e-4 for x in sums), (layer, head)
+    assert page.eval_on_selector_all("#inside-map rect.playground-outlined", "els => els.length") == targets
+    assert not network_problems(page)
+
+
+def test_inside_says_when_no_character_repeats(page, site_url, expected):
+    _open(page, site_url, "inside")
+    status = _status_after(page, "inside-status", lambda: page.fill("#inside-text", "Juliet."))
+    assert "No character repeats, so no head has an induction score." in status
+    note = page.text_content("#inside-induction-note")
+    assert note.startswith("None of your 7 characters repeats an earlier one") and "no score exists" in note
+    assert page.eval_on_selector("#inside-induction", "t => t.hidden") and not page.query_selector_all(
+        "#inside-induction tbody tr"
+    )
+    assert len(page.query_selector_all("#inside-lens tbody tr")) == 7  # the lens is still shown
+    assert not network_problems(page)
+
+
 BAD_INPUTS = [
     ("numbers_to_words", "#numbers-input", "", "The field is empty"),
     ("numbers_to_words", "#numbers-input", "12a", "“a” is not in its vocabulary"),
@@ -233,7 +328,13 @@ BAD_INPUTS = [
     ("masks", "#masks-text", "to be€", "“€” is not in the model's vocabulary"),
     ("masks", "#masks-pad", "99", "Pad tokens must be a whole number from 0 to 16"),
     ("masks", "#masks-pad", "", "Pad tokens must be a whole number from 0 to 16"),
+    ("inside", "#inside-text", "", "The text is empty"),
+    ("inside", "#inside-text", "To be€", "never seen “€”"),
+    ("inside", "#inside-text", "To be " * 22, "132 characters, more than the model's 128 positions"),
+    ("inside", "#inside-seed", "", "The seed must be a whole number"),
+    ("inside", "#inside-seed", "1.5", "The seed must be a whole number"),
 ]
+BUTTON = {"#numbers-input": "#numbers-translate", "#lm-prompt": "#lm-generate", "#inside-seed": "#inside-random"}
 
 
 @pytest.mark.parametrize("key, field, value, message", BAD_INPUTS)
@@ -246,10 +347,11 @@ def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(
         "shakespeare_char": "#lm-error",
         "masks": "#masks-error",
         "bracket_classifier": "#brackets-error",
+        "inside": "#inside-error",
     }[key]
     page.fill(field, value)
-    if key in ("numbers_to_words", "shakespeare_char"):
-        page.click("#numbers-translate" if key == "numbers_to_words" else "#lm-generate")
+    if field in BUTTON or key == "shakespeare_char":
+        page.click(BUTTON.get(field, "#lm-generate"))
     page.wait_for_function("sel => document.querySelector(sel).textContent !== ''", arg=error, timeout=10_000)
     assert message in page.text_content(error)
     assert page.get_attribute(error, "role") == "alert" and page.get_attribute(field, "aria-invalid") == "true"
@@ -258,8 +360,12 @@ def test_bad_input_gets_a_message_in_the_page_not_an_error_in_the_console(
         "shakespeare_char": "#lm-generated",
         "masks": "#masks-map",
         "bracket_classifier": "#brackets-probability",
+        "inside": "#inside-lens tbody",
     }[key]
-    assert page.text_content(answer) == "", "the previous input's answer stayed on the page next to the error"
+    if field == "#inside-seed":  # the text is unchanged and valid: its answer stays, only no new string is drawn
+        assert page.input_value("#inside-text") == expected["inside"]["verse"]["text"]
+    else:
+        assert page.text_content(answer) == "", "the previous input's answer stayed on the page next to the error"
     assert not page.console_errors, page.console_errors
 
 
@@ -313,6 +419,7 @@ STATUS = {
     "shakespeare_char": "#lm-status",
     "masks": "#masks-status",
     "bracket_classifier": "#brackets-status",
+    "inside": "#inside-status",
 }
 # A model file that onnxruntime loads but that the page cannot run: other inputs than the page feeds
 WRONG_MODEL = {
@@ -320,6 +427,7 @@ WRONG_MODEL = {
     "shakespeare_char": "numbers_to_words",
     "masks": "numbers_to_words",
     "bracket_classifier": "shakespeare_char_layer1",
+    "inside": "numbers_to_words",
 }
 
 

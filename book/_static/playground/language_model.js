@@ -10,10 +10,11 @@
 // the page's address feeds the whole text with an empty past at every step: benchmarks/playground.py
 // compares the two). Each step samples from the last position's logits as DecoderOnlyLM.generate
 // does: divide by the temperature (0 is greedy), keep the top-k likeliest, then the top-p nucleus,
-// renormalise and draw, with a seeded generator so a seed repeats its text.
+// renormalise and draw, with a seeded generator (playground.js's mulberry32) so a seed repeats its text. Its
+// numbers are not torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
 
 import {
-  argmax, firstAnswer, guarded, idsTensor, loadModel, painted, showError, shown, softmax, startPage,
+  argmax, firstAnswer, generator, guarded, idsTensor, loadModel, painted, showError, shown, softmax, startPage,
   unknownCharacters,
 } from "./playground.js";
 
@@ -26,18 +27,6 @@ const FRAME_MS = 16; // let the browser paint the text about once a frame: after
 // The keys or values before the first call: (L, 1, h_kv, 0, d_k), no position seen yet
 const emptyPast = (ort, info) =>
   new ort.Tensor("float32", new Float32Array(0), [info.layers, 1, info.kv_heads, 0, info.head_width]);
-
-// A small seeded generator (mulberry32): seed -> a function giving numbers in [0, 1). Its numbers are not
-// torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
-function generator(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // A whole-number field -> its value, or null when it is empty or not a whole number at least `min`
 function wholeNumber(id, min) {

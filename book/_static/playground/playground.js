@@ -1,4 +1,4 @@
-// What the four playground pages share: loading onnxruntime-web and a model, reading tensors, drawing a heatmap.
+// What the playground pages share: loading onnxruntime-web and a model, reading tensors, drawing a heatmap.
 //
 // Nothing here runs on a page by itself. A playground's own module imports it, and the runtime
 // (onnxruntime-web's ES module, then its 14 MB wasm) is imported the first time a model loads,
@@ -247,6 +247,18 @@ function shade(w) {
 export function fillSelect(select, n, chosen = 0, extra = null) {
   select.replaceChildren(...Array.from({ length: n }, (_, i) => new Option(String(i + 1), String(i), false, i === chosen)));
   if (extra) select.append(new Option(extra, "mean"));
+}
+
+// A small seeded generator (mulberry32): seed (a whole number, 0 to 2^32 - 1) -> a function giving numbers in
+// [0, 1). tools/build_playground.py has a copy, number for number, to draw what the pages draw.
+export function generator(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
 }
 
 // Wait for the browser to paint, so that a streamed answer is seen growing
