@@ -15,3 +15,18 @@ def _plain_torch_reference():
     torch.manual_seed(0)
     yield
     torch.backends.mha.set_fastpath_enabled(before)
+
+
+@pytest.fixture
+def pip_alone(tmp_path_factory):
+    """Hold a lock that every test installing packages with pip takes, across pytest-xdist's workers.
+
+    Two such tests at once (the Colab path and the wheelhouse) were measured: the Colab test took
+    316 s beside the wheelhouse test instead of 69 s alone, mostly waiting, not computing. One at a
+    time, the second waits at most the first's minute or two.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of one run
+    with FileLock(str(root / "pip-install.lock")):
+        yield

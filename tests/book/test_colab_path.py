@@ -66,7 +66,7 @@ def _execute(path: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_runs(tmp_path, monkeypatch):
+def test_setup_cell_installs_the_package_leaves_colab_alone_and_the_explorer_runs(tmp_path, monkeypatch, pip_alone):
     venv = tmp_path / "colab"
     _run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"

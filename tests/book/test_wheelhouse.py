@@ -41,7 +41,7 @@ def _build_folders() -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_lab_machine_installs_the_book_from_the_wheelhouse_alone(tmp_path):
+def test_lab_machine_installs_the_book_from_the_wheelhouse_alone(tmp_path, pip_alone):
     house = tmp_path / "wheelhouse"
     before = _build_folders()
     assert wheelhouse.main(["--out", str(house)]) == 0
