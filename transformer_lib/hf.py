@@ -76,32 +76,13 @@ def _gpt2_names(num_layers: int) -> list[tuple[str, str, bool]]:
 
 def mixtral_config(hf_config) -> TransformerConfig:
     """A MixtralConfig -> the TransformerConfig of the same architecture: Llama's, with routed SwiGLU experts."""
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     window = getattr(hf_config, "sliding_window", None)
     checks = {
-        "hidden_act": (hf_config.hidden_act, "silu"),
-        "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads),
         "sliding_window": (window is not None and window < hf_config.max_position_embeddings, False),
         "router_jitter_noise": (getattr(hf_config, "router_jitter_noise", 0.0), 0.0),
     }
-    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
-    if unsupported:
-        raise ValueError(f"this Mixtral differs from what the book builds: {unsupported}")
     return _decoder_only(
-        vocab_size=hf_config.vocab_size,
-        d_model=hf_config.hidden_size,
-        num_heads=hf_config.num_attention_heads,
-        num_kv_heads=hf_config.num_key_value_heads,
-        num_layers=hf_config.num_hidden_layers,
-        d_ff=hf_config.intermediate_size,
-        max_len=hf_config.max_position_embeddings,
-        positional="rope",
-        rope_base=_rope_theta(hf_config),
-        activation="swiglu",
-        norm="rms",
-        eps=hf_config.rms_norm_eps,
-        bias=False,
-        tie_embeddings=hf_config.tie_word_embeddings,
+        **_llama_fields(hf_config, "Mixtral", checks),
         num_experts=hf_config.num_local_experts,
         experts_per_token=hf_config.num_experts_per_tok,
     )
@@ -133,19 +114,19 @@ def _rope_theta(hf_config) -> float:
     return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
 
 
-def llama_config(hf_config) -> TransformerConfig:
-    """A LlamaConfig -> the TransformerConfig of the same architecture."""
+def _llama_fields(hf_config, family: str, checks: dict) -> dict:
+    """The TransformerConfig fields of a Llama-shaped config (Llama, Mixtral), after refusing what the book
+    does not build: `checks` maps a name to (its value, the value we need), beside the checks all share."""
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     checks = {
         "hidden_act": (hf_config.hidden_act, "silu"),
-        "attention_bias": (hf_config.attention_bias, False),
-        "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
         "head_dim": (head_dim, hf_config.hidden_size // hf_config.num_attention_heads),
+        **checks,
     }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
     if unsupported:
-        raise ValueError(f"this Llama differs from what the book builds: {unsupported}")
-    return _decoder_only(
+        raise ValueError(f"this {family} differs from what the book builds: {unsupported}")
+    return dict(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.hidden_size,
         num_heads=hf_config.num_attention_heads,
@@ -161,6 +142,15 @@ def llama_config(hf_config) -> TransformerConfig:
         bias=False,
         tie_embeddings=hf_config.tie_word_embeddings,
     )
+
+
+def llama_config(hf_config) -> TransformerConfig:
+    """A LlamaConfig -> the TransformerConfig of the same architecture."""
+    checks = {
+        "attention_bias": (hf_config.attention_bias, False),
+        "mlp_bias": (getattr(hf_config, "mlp_bias", False), False),
+    }
+    return _decoder_only(**_llama_fields(hf_config, "Llama", checks))
 
 
 def gptj_config(hf_config) -> TransformerConfig:
@@ -284,11 +274,9 @@ def _check_architecture(ours: DecoderOnlyLM, expected: TransformerConfig, family
         raise ValueError(f"{family}'s output layer has no bias, and ours holds a non-zero one")
 
 
-def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = ours.config
-    hf_config = LlamaConfig(
+def _llama_kwargs(cfg: TransformerConfig) -> dict:
+    """The arguments of a LlamaConfig (or a MixtralConfig) for the architecture `cfg` describes."""
+    return dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         intermediate_size=cfg.d_ff,
@@ -300,6 +288,13 @@ def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
         rope_theta=cfg.rope_base,
         tie_word_embeddings=cfg.tie_embeddings,
     )
+
+
+def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = ours.config
+    hf_config = LlamaConfig(**_llama_kwargs(cfg))
     _check_architecture(ours, llama_config(hf_config), "Llama")
     hf = LlamaForCausalLM(hf_config)
     mine = ours.state_dict()
@@ -312,16 +307,7 @@ def _to_mixtral(ours: DecoderOnlyLM) -> nn.Module:
 
     cfg = ours.config
     hf_config = MixtralConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.d_model,
-        intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_len,
-        rms_norm_eps=cfg.eps,
-        rope_theta=cfg.rope_base,
-        tie_word_embeddings=cfg.tie_embeddings,
+        **_llama_kwargs(cfg),
         num_local_experts=cfg.num_experts,
         num_experts_per_tok=cfg.experts_per_token,
         bos_token_id=None,

@@ -276,13 +276,13 @@ def intervene(model: nn.Module, edits: dict[str, _Edit]) -> Iterator[None]:
             handle.remove()
 
 
-def _head_index(heads: int | Sequence[int]) -> list[int]:
+def _as_list(heads: int | Sequence[int]) -> list[int]:
     return [heads] if isinstance(heads, int) else list(heads)
 
 
 def zero_heads(heads: int | Sequence[int]) -> _Edit:
     """An edit for "<attention>.heads": these heads output zeros (zero ablation)."""
-    index = _head_index(heads)
+    index = _as_list(heads)
 
     def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, h, d_k)
         out = value.clone()
@@ -294,7 +294,7 @@ def zero_heads(heads: int | Sequence[int]) -> _Edit:
 
 def mean_heads(heads: int | Sequence[int], mean: torch.Tensor) -> _Edit:
     """An edit for "<attention>.heads": these heads output `mean` (h, d_k) or (T, h, d_k), e.g. over a dataset."""
-    index = _head_index(heads)
+    index = _as_list(heads)
 
     def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, h, d_k)
         out = value.clone()
@@ -314,12 +314,12 @@ def patch(source: torch.Tensor, positions: int | Sequence[int] | None = None, he
     def edit(value: torch.Tensor) -> torch.Tensor:
         if source.shape != value.shape:
             raise ValueError(f"the patch's source has shape {tuple(source.shape)}, the run {tuple(value.shape)}")
-        rows = torch.arange(value.shape[1]) if positions is None else torch.tensor(_head_index(positions))
+        rows = torch.arange(value.shape[1]) if positions is None else torch.tensor(_as_list(positions))
         out = value.clone()
         if heads is None:
             out[:, rows] = source.to(value)[:, rows]
         else:
-            cols = torch.tensor(_head_index(heads))
+            cols = torch.tensor(_as_list(heads))
             at = (slice(None), rows[:, None], cols[None, :])  # every (position, head) pair: (P, H)
             out[at] = source.to(value)[at]
         return out

@@ -121,11 +121,6 @@ def _quarter_turn(x: torch.Tensor, layout: str = "half", rotary_dim: int | None 
     return torch.cat((turned, torch.zeros_like(x[..., r:])), dim=-1)  # (..., d)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(..., d) -> (..., d): the halves (x1, x2) become (-x2, x1), a quarter turn of every pair (i, i + d/2)."""
-    return _quarter_turn(x, "half")
-
-
 def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """Rotate queries or keys by their positions (RoPE): x (..., T, d), positions (T,) -> (..., T, d).
 
