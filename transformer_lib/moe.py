@@ -28,7 +28,15 @@ from torch import nn
 from .config import TransformerConfig
 from .layers import FeedForward
 
-__all__ = ["MoEFeedForward", "feed_forward", "router_logits", "load_balancing_loss", "expert_shares", "moe_lm_loss"]
+__all__ = [
+    "MoEFeedForward",
+    "feed_forward",
+    "router_logits",
+    "load_balancing_loss",
+    "expert_shares",
+    "expert_use",
+    "moe_lm_loss",
+]
 
 
 class MoEFeedForward(nn.Module):
@@ -134,6 +142,20 @@ def expert_shares(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     chosen = logits.topk(top_k, dim=-1).indices  # (N, k): the softmax keeps the order, so the logits do
     counts = torch.bincount(chosen.flatten(), minlength=logits.shape[-1]).float()  # (E,)
     return counts / counts.sum()
+
+
+@torch.no_grad()
+def expert_use(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Run `model` on ids (B, T) -> (MoE layers, E): each layer's share of routing slots per expert, rows summing to 1."""
+    top_k = next((m.top_k for m in model.modules() if isinstance(m, MoEFeedForward)), None)
+    was_training = model.training
+    model.eval()
+    try:
+        with router_logits(model) as logits:
+            model(ids)
+    finally:
+        model.train(was_training)
+    return torch.stack([expert_shares(layer, top_k) for layer in logits])  # (L, E)
 
 
 def moe_lm_loss(coefficient: float):

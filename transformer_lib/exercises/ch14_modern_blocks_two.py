@@ -1,0 +1,352 @@
+"""Checkers for the exercises of the chapter "From 2017 to today, part two"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .. import hf, moe, positional, quantization
+from ..config import TransformerConfig
+from ..models import DecoderOnlyLM
+from ._common import CORRECT, _seeded, attempt, refusing
+from ._match import first_mistake, same, tensor_problem
+
+__all__ = ["check_rotary_rows", "check_top_k_gates", "check_int8_rows", "check_expert_use"]
+
+
+# ---- the two rotary layouts ---------------------------------------------------------------------
+
+
+def _reorder(weight: torch.Tensor, num_heads: int, order: torch.Tensor) -> torch.Tensor:
+    """Each head's block of d_k rows reordered by `order` (d_k,): new row j of a head is its old row order[j]."""
+    d_k = weight.shape[0] // num_heads
+    rows = (torch.arange(num_heads)[:, None] * d_k + order).flatten()  # (num_heads * d_k,)
+    return weight[rows]
+
+
+def _to_half(d_k: int, r: int) -> torch.Tensor:
+    """(d_k,): the even rotary rows, then the odd ones, then the rows past r (the closed form, written here again)."""
+    return torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, d_k)))
+
+
+def check_rotary_rows(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> str:
+    """fn(weight (num_heads * d_k, d_in), num_heads, rotary_dim) -> the rows of each head moved from the
+    interleaved layout (pairs 2i, 2i + 1) to rotate-half (pairs i, i + rotary_dim / 2).
+
+    Written by hand: tl.rotary_permutation and tl.hf.with_rotary_layout refuse to run during the check.
+    """
+    g = _seeded(14)
+    for num_heads, d_k, r, d_in in ((2, 8, 8, 6), (3, 6, 4, 5), (1, 12, 12, 7), (4, 10, 6, 3)):
+        weight = torch.randn(num_heads * d_k, d_in, generator=g)
+        case = f"a weight of shape {tuple(weight.shape)} with num_heads={num_heads}, rotary_dim={r}"
+        want = _reorder(weight, num_heads, _to_half(d_k, r))
+        got, hint = attempt(
+            fn,
+            weight.clone(),
+            num_heads,
+            r,
+            case=case,
+            forbidden=(positional.rotary_permutation, hf.with_rotary_layout),
+            names="tl.rotary_permutation or tl.hf.with_rotary_layout",
+        )
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        if same(got, want, atol=0, rtol=0):
+            continue
+        whole = torch.cat((torch.arange(0, num_heads * d_k, 2), torch.arange(1, num_heads * d_k, 2)))
+        all_rows = _to_half(d_k, d_k)
+        mistakes = [
+            (
+                weight,
+                "The classic mistake: the rows are still in the interleaved order. A rotate-half model then pairs "
+                "row i with row i + rotary_dim/2, which were not a pair, and gives other logits without any error.",
+            ),
+            (
+                _reorder(weight, num_heads, torch.argsort(_to_half(d_k, r))),
+                "That is the inverse order (rotate-half to interleaved): new row j of a head should be its old "
+                "row order[j], with order = the even rows 0, 2, 4, ..., then the odd rows 1, 3, 5, ...",
+            ),
+            (
+                weight[whole],
+                "You reordered the whole matrix as one block: each head has its own d_k rows and its own pairs, "
+                "so reorder within each head.",
+            ),
+            (
+                _reorder(weight, num_heads, all_rows),
+                "Only the first rotary_dim rows of each head are turned: rows past rotary_dim stay where they are.",
+            ),
+            (
+                torch.cat((_reorder(weight[:d_k], 1, _to_half(d_k, r)), weight[d_k:])),
+                "Only the first head was reordered: every head's block of d_k rows needs the same reordering.",
+            ),
+        ]
+        if d_in % 2 == 0:
+            mistakes.append(
+                (
+                    weight[:, _to_half(d_in, d_in)],
+                    "You reordered the columns (the input features): the pairs are rows of the query and key "
+                    "projections, their output features.",
+                )
+            )
+        found = first_mistake(got, want, mistakes, atol=0)
+        if found:
+            return found
+        if sorted(got[:, 0].tolist()) == sorted(weight[:, 0].tolist()):
+            return f"On {case} the rows are there but in another order: within each head, the even rows, then the odd."
+        return f"Not the reordered rows on {case}: return weight with each head's rows in the rotate-half order."
+    return CORRECT
+
+
+# ---- top-k routing ------------------------------------------------------------------------------
+
+
+def _dense(values: torch.Tensor, chosen: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """values and chosen (N, k) -> (N, E) with values at the chosen experts and 0 elsewhere."""
+    return torch.zeros(chosen.shape[0], num_experts, dtype=values.dtype).scatter(1, chosen, values)
+
+
+def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
+    """fn(router logits (N, E), k) -> gates (N, E): each token's k likeliest experts get their softmax
+    probabilities renormalised to sum to 1; every other expert gets 0.
+
+    The library's router (tl.moe.MoEFeedForward.route) refuses to run during the check.
+    """
+    g = _seeded(15)
+    for n, e, k in ((6, 4, 2), (5, 8, 3), (7, 3, 1), (4, 5, 5)):
+        logits = torch.randn(n, e, generator=g) * 2
+        case = f"logits of shape ({n}, {e}) with k={k}"
+        probs = logits.double().softmax(-1)  # (N, E)
+        top, chosen = probs.topk(k, dim=-1)  # (N, k) each
+        want = _dense(top / top.sum(-1, keepdim=True), chosen, e)
+        got, hint = attempt(
+            fn, logits.clone(), k, case=case, forbidden=(moe.MoEFeedForward.route,), names="the library's router"
+        )
+        if hint:
+            return hint
+        problem = tensor_problem(got, want, case, kind="float")
+        if problem:
+            return problem
+        if same(got, want, atol=1e-5):
+            continue
+        low, low_chosen = probs.topk(k, dim=-1, largest=False)
+        two = min(2, e)
+        top2, chosen2 = probs.topk(two, dim=-1)
+        logit_top, logit_chosen = logits.double().topk(k, dim=-1)
+        mistakes = [
+            (
+                _dense(top, chosen, e),
+                "The gates do not sum to 1: after keeping the top k probabilities, divide them by their sum "
+                "(renormalise), as Mixtral does.",
+            ),
+            (
+                _dense(logits.double().softmax(0).gather(1, chosen), chosen, e),
+                "The softmax ran over the tokens (dim 0): each token's router scores its experts, so take the "
+                "softmax over the experts (the last dimension).",
+            ),
+            (
+                _dense(logit_top, logit_chosen, e),
+                "Those gates are raw logits: turn them into probabilities with a softmax first.",
+            ),
+            (
+                _dense(low / low.sum(-1, keepdim=True), low_chosen, e),
+                "You kept the k least likely experts: topk's default (largest=True) gives the likeliest.",
+            ),
+            (probs, "Every expert got a gate: keep only each token's k likeliest experts and set the rest to 0."),
+            (
+                _dense(top2 / top2.sum(-1, keepdim=True), chosen2, e),
+                f"Your answer keeps 2 experts whatever k is ({case}): use the k it is given.",
+            ),
+        ]
+        found = first_mistake(got, want, mistakes, atol=1e-5)
+        if found:
+            return found
+        if ((got != 0).sum(-1) == k).all() and ((got != 0) == (want != 0)).all():
+            return f"On {case} you chose the right experts, but their gates are not the renormalised probabilities."
+        return f"Not the gates on {case}: softmax over experts, keep the top k, divide them by their sum."
+    return CORRECT
+
+
+# ---- int8 ---------------------------------------------------------------------------------------
+
+
+def _int8(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """w (out, in) and a scale that broadcasts against it -> the rounded int8 values, as float64."""
+    return torch.round(w / scale).clamp(-127, 127)
+
+
+def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> str:
+    """fn(weight (out, in)) -> (q (out, in) int8, scale (out,) or (out, 1)): per-row symmetric int8,
+    scale = max |row| / 127 and q = round(weight / scale). A row of zeros may take any positive scale.
+
+    Written by hand: tl.quantization.quantize_per_channel and torch.quantize_per_channel refuse to run.
+    """
+    g = _seeded(16)
+    cases = []
+    for out, inp in ((4, 6), (7, 3), (5, 9)):
+        w = torch.randn(out, inp, generator=g) * torch.rand(out, 1, generator=g) * 3  # rows of different sizes
+        cases.append((f"a weight of shape ({out}, {inp})", w))
+    w = torch.randn(6, 5, generator=g)
+    w[2] = 0.0  # a row of zeros: dividing by its absmax gives NaN
+    w[4, 1] = -4.0  # a row whose largest magnitude is negative
+    cases.append(("a weight of shape (6, 5) with a row of zeros and a large negative weight", w))
+    for case, weight in cases:
+        w = weight.double()
+        absmax = w.abs().amax(dim=1, keepdim=True)  # (out, 1)
+        scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
+        want = _int8(w, scale)
+        got, hint = attempt(
+            refusing(fn, torch.quantize_per_channel),
+            weight.clone(),
+            case=case,
+            forbidden=(quantization.quantize_per_channel,),
+            names="the library's quantizer",
+        )
+        if hint:
+            return hint
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return f"Return two things, (q, scale); on {case} your answer returned a {type(got).__name__}."
+        q, s = got
+        problem = tensor_problem(q, want, case)
+        if problem:
+            return problem
+        if not isinstance(s, torch.Tensor) or s.numel() != weight.shape[0]:
+            if isinstance(s, torch.Tensor) and s.numel() == 1:
+                return (
+                    "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
+                    "row (output feature), so a row of small weights keeps its precision."
+                )
+            if isinstance(s, torch.Tensor) and s.numel() == weight.shape[1]:
+                return "Those are scales per column (input feature): per channel means one per row, max over dim 1."
+            return f"Return one scale per row: {weight.shape[0]} numbers on {case}."
+        s = s.double().reshape(-1, 1)  # (out, 1)
+        if not torch.isfinite(q.double()).all() or not torch.isfinite(s).all():
+            return f"On {case} your answer has NaN or inf: a row of zeros must not divide by zero (give it scale 1)."
+        if q.dtype != torch.int8:
+            return f"q has dtype {q.dtype}: store it as torch.int8 (one byte per weight) after rounding."
+        zero = absmax.squeeze(1) == 0
+        if not (s[~zero] > 0).all() or not (s[zero] > 0).all():
+            return f"On {case} a scale is zero or negative: every row needs a positive scale."
+        wrong_scales = [
+            (absmax, "The scale is the row's largest magnitude: divide it by 127, so the row uses -127..127."),
+            (absmax / 255, "Divide by 127, not 255: symmetric int8 uses -127..127, so 127 is the largest step count."),
+            (absmax / 128, "Divide by 127, not 128: with 128 the largest weight would round to 128, past int8."),
+            (w.amax(dim=1, keepdim=True) / 127, "Use the largest *absolute* value: max misses large negative weights."),
+        ]
+        ok_scale = torch.allclose(s[~zero], scale[~zero], rtol=1e-5, atol=0)
+        if not ok_scale:
+            for bad, message in wrong_scales:
+                if torch.allclose(s[~zero], bad[~zero], rtol=1e-5, atol=0):
+                    return message
+            if torch.allclose(s[~zero], (w.abs().max() / 127).expand_as(s)[~zero], rtol=1e-5, atol=0):
+                return (
+                    "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
+                    "row (output feature)."
+                )
+            return f"On {case} the scales are not max |row| / 127."
+        if torch.equal(q.double()[~zero], want[~zero]) and (q[zero] == 0).all():
+            continue
+        if torch.equal(q.double(), torch.trunc(w / scale).clamp(-127, 127)):
+            return "The values were truncated towards zero: round them to the nearest integer first (torch.round)."
+        if torch.equal(q.double(), torch.floor(w / scale).clamp(-127, 127)):
+            return "The values were rounded down (floor): round them to the nearest integer (torch.round)."
+        return f"On {case} q is not round(weight / scale) for each row."
+    return CORRECT
+
+
+# ---- experiment: expert use ---------------------------------------------------------------------
+
+
+def _moe_model(seed: int, num_experts: int, top_k: int, num_layers: int, vocab: int = 20) -> DecoderOnlyLM:
+    """A small random MoE language model; a few routers are pushed towards one expert, so layers differ."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = DecoderOnlyLM(
+            TransformerConfig(
+                vocab_size=vocab,
+                d_model=16,
+                num_heads=2,
+                num_layers=num_layers,
+                d_ff=8,
+                max_len=32,
+                dropout=0.1,  # the measurement must run the model in eval mode to be repeatable
+                norm_first=True,
+                num_experts=num_experts,
+                experts_per_token=top_k,
+            )
+        )
+        with torch.no_grad():
+            for i, m in enumerate(x for x in model.modules() if isinstance(x, moe.MoEFeedForward)):
+                m.router.weight.mul_(3.0 + 2 * i)  # sharper routers: the layers' shares differ a lot
+                m.router.weight[i % num_experts] += 0.5  # and one favourite expert per layer
+    return model.train()  # handed over in training mode, as a model is after fit
+
+
+def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> str:
+    """Experiment: fn(model, ids (B, T)) -> (MoE layers, E): each layer's share of routing slots per expert.
+
+    The checker runs fn on models and token batches of its own (other numbers of experts, top-k and
+    layers), and compares with its own measurement. tl.moe.expert_use refuses to run.
+    """
+    for seed, e, k, layers, (b, t) in ((0, 4, 2, 3, (3, 10)), (1, 6, 1, 2, (2, 16)), (2, 5, 3, 4, (4, 7))):
+        model = _moe_model(seed, e, k, layers)
+        ids = torch.randint(0, 20, (b, t), generator=_seeded(100 + seed))
+        case = f"a model of {layers} MoE layers, {e} experts, top-{k}, on ids of shape {(b, t)}"
+        model.eval()
+        with torch.no_grad(), moe.router_logits(model) as logits:
+            model(ids)
+        model.train()
+        want = torch.stack([moe.expert_shares(layer, k) for layer in logits]).double()  # (L, E)
+        got, hint = attempt(fn, model, ids.clone(), case=case, forbidden=(moe.expert_use,), names="tl.moe.expert_use")
+        if hint:
+            return hint
+        if isinstance(got, (list, tuple)) and got and all(isinstance(x, torch.Tensor) for x in got):
+            got = torch.stack([x.detach() for x in got]) if len({x.shape for x in got}) == 1 else got
+        problem = tensor_problem(got, want, case)
+        if problem:
+            return problem
+        got = got.detach()
+        if same(got, want, atol=1e-6):
+            continue
+        counts = torch.stack([torch.bincount(x.topk(k, -1).indices.flatten(), minlength=e) for x in logits]).double()
+        first = torch.stack([torch.bincount(x.argmax(-1), minlength=e) for x in logits]).double()
+        probs = torch.stack([x.double().softmax(-1).mean(0) for x in logits])
+        mistakes = [
+            (
+                first / first.sum(-1, keepdim=True),
+                "You counted only each token's first choice: with top-k routing every token fills k slots, and "
+                "each of them counts.",
+            ),
+            (
+                probs,
+                "That is the router's mean probability per expert (P in the balancing loss), not the share of "
+                "routing slots each expert got (f): count the experts each token was sent to.",
+            ),
+            (counts, "Those are counts: divide each layer's counts by its number of slots (tokens x k)."),
+            (
+                counts / (counts.sum(-1, keepdim=True) / k),
+                "Each layer's shares should sum to 1: divide by the number of slots (tokens x k), not of tokens.",
+            ),
+            (want.flip(0), "The layers are in reverse order: row i is layer i, from the input up."),
+        ]
+        found = first_mistake(got, want, mistakes, atol=1e-6)
+        if found:
+            return found
+        if same(got, torch.full_like(want, 1 / e), atol=1e-6):
+            return "Your answer gives every expert 1/E, the balanced ideal: measure what the model's routers do."
+        again, _ = attempt(fn, model.train(), ids.clone(), case=case, forbidden=(moe.expert_use,))
+        if isinstance(again, torch.Tensor) and again.shape == got.shape and not torch.equal(again.detach(), got):
+            return (
+                "Your measurement changes from one run to the next: dropout is on. Put the model in eval mode "
+                "(model.eval()) before measuring."
+            )
+        return (
+            f"On {case} expected {[[round(v, 3) for v in row] for row in want.tolist()]}, got "
+            f"{[[round(v, 3) for v in row] for row in got.double().tolist()]}. Did you run the model in eval mode "
+            "(dropout off), on the ids you were given?"
+        )
+    return CORRECT
