@@ -8,8 +8,8 @@ the layer holds num_experts of them.
 
 Left alone, a router tends to send most tokens to a few experts. The load-balancing loss of the
 Switch Transformer (Fedus et al., 2022), which Mixtral adds to its language-model loss, is
-num_experts times the sum over experts of (the share of routing slots the expert got) times (the
-mean probability the router gave it). It is smallest, top_k, when both are uniform. In use::
+num_experts times the sum over experts of (the routing slots the expert got per token) times (the
+mean probability the router gave it). It is top_k when both are uniform, and at most num_experts. In use::
 
     with router_logits(model) as logits:            # every MoE layer's router output, (N, E) each
         out = model(tokens)
@@ -120,7 +120,8 @@ def load_balancing_loss(logits: list[torch.Tensor], top_k: int) -> torch.Tensor:
     E * sum_e f_e * P_e, where f_e is the number of routing slots given to expert e divided by the
     number of tokens (so the f_e sum to top_k) and P_e the mean router probability of expert e, both
     over every token of every layer together (as Mixtral in transformers computes it). Balanced
-    routing gives top_k; everything on one expert gives E * top_k.
+    routing gives top_k; a router that gives one expert all its probability (so that every token
+    fills one of its slots there) gives E, the largest value, since no f_e exceeds 1.
     """
     if not logits:
         raise ValueError("no router logits: run the model inside router_logits(model) first")

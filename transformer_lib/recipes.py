@@ -17,7 +17,9 @@ from torch import nn
 
 from . import corpus
 from .config import TransformerConfig
+from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
+from .moe import MoEFeedForward, expert_shares, moe_lm_loss, router_logits
 from .tasks import (
     brackets_task,
     encode_labelled,
@@ -51,6 +53,11 @@ __all__ = [
     "SHAKESPEARE_BLOCK",
     "SHAKESPEARE_BLOCKS",
     "SHAKESPEARE_MERGES",
+    "MOE_BALANCE",
+    "busiest_expert_shares",
+    "adaptation_data",
+    "ADAPT_SPLIT",
+    "LORA_TARGETS",
     "INDUCTION_LENGTHS",
     "induction_lm",
     "induction_test",
@@ -199,7 +206,11 @@ SHAKESPEARE_BLOCKS = {
         "num_kv_heads": 2,
         "bias": False,
     },  # Llama's: pre-RMSNorm, RoPE, SwiGLU at 2/3 width, GQA
+    # "From 2017 to today, part two": the "gpt" block with a routed feed-forward block of 4 experts of
+    # width 256, each token through 2 of them: 2 x 256 = 512 active units, as many as the dense d_ff.
+    "moe": {"num_experts": 4, "experts_per_token": 2, "d_ff": 256},
 }
+MOE_BALANCE = 0.01  # the load-balancing loss's coefficient in the "moe" recipe (Mixtral's default is 0.001 to 0.02)
 
 
 def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> DecoderOnlyLM:
@@ -227,21 +238,46 @@ def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> Decode
         return DecoderOnlyLM(config.replace(**SHAKESPEARE_BLOCKS[block]))
 
 
+def busiest_expert_shares(model: nn.Module, ids: torch.Tensor, windows: int = 16) -> list[float]:
+    """For each MoE layer, the share of routing slots its busiest expert got on the first `windows` windows of ids.
+
+    A balanced router gives 1 / num_experts; a collapsed one gives 1 / top_k.
+    """
+    top_k = next(m for m in model.modules() if isinstance(m, MoEFeedForward)).top_k
+    x = ids[: windows * SHAKESPEARE_BLOCK].view(windows, SHAKESPEARE_BLOCK)  # (windows, block)
+    model.eval()
+    with torch.no_grad(), router_logits(model) as logits:
+        model(x.to(next(model.parameters()).device))
+    return [float(expert_shares(layer, top_k).max()) for layer in logits]
+
+
 def _shakespeare(
-    level: str, steps: int | None = None, progress: bool = False, block: str = "gpt"
+    level: str, steps: int | None = None, progress: bool = False, block: str = "gpt", balance: float = MOE_BALANCE
 ) -> tuple[nn.Module, History, dict]:
-    """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens."""
+    """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens.
+
+    The "moe" block adds `balance` times the load-balancing loss to the language-model loss, and its
+    evaluations also record each layer's busiest expert share on the held-out play.
+    """
     tok, train_ids, valid_ids = shakespeare_data(level)
     model = shakespeare_lm(tok.vocab_size, block=block)
     rng = torch.Generator().manual_seed(0)  # the windows drawn
     batches = lm_batches(train_ids, SHAKESPEARE_BLOCK, batch_size=32, rng=rng)
+    loss_fn = lm_loss
     held_out = lambda m: {"validation loss": lm_eval_loss(m, valid_ids, SHAKESPEARE_BLOCK)}
-    name = level if block == "gpt" else f"{level}, {block} block"
+    if block == "moe":
+        loss_fn = moe_lm_loss(balance)
+        dense_eval = held_out
+        held_out = lambda m: {
+            **dense_eval(m),
+            **{f"layer {i} busiest expert": s for i, s in enumerate(busiest_expert_shares(m, valid_ids))},
+        }
+    name = level if block == "gpt" else f"{level}, {block} block" + ("" if balance else ", no balancing loss")
     with torch.random.fork_rng():  # dropout's masks come from a seeded generator, not from the caller's state
         torch.manual_seed(0)
         history = fit(
             model,
-            lm_loss,
+            loss_fn,
             batches,
             steps=steps or 3000,
             lr=2e-3,
@@ -252,6 +288,59 @@ def _shakespeare(
             desc=f"Shakespeare {name} (long run)",
         )
     return model, history, {}
+
+
+ADAPT_SPLIT = 0.8  # the held-out play's first 80% is what fine-tuning learns from; its last 20% measures it
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2")  # every linear layer of a block
+LORA_RANK, LORA_ALPHA = 8, 16.0
+
+
+def adaptation_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    """The held-out play (Twelfth Night) cut in two for fine-tuning: (tokenizer, first 80% (N,), last 20% (M,)).
+
+    The tokenizer is the character model's, so that the shipped model reads it as it is.
+    """
+    tok, _, play = shakespeare_data("char")
+    cut = int(ADAPT_SPLIT * play.numel())
+    return tok, play[:cut], play[cut:]
+
+
+def _adapt(method: str, steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The shipped character model fine-tuned on adaptation_data's first part: 300 AdamW steps of 16 windows.
+
+    "lora" trains rank-8 adapters on every linear layer of every block (everything else frozen,
+    lr 2e-3) and returns the merged model; "full" trains every weight (lr 3e-4). Both are evaluated
+    on the play's last 20%.
+    """
+    from .checkpoints import load_checkpoint
+
+    _, learn, test = adaptation_data()
+    model, _ = load_checkpoint("shakespeare_char")
+    lr = 3e-4
+    if method == "lora":
+        add_lora(model, LORA_TARGETS, r=LORA_RANK, alpha=LORA_ALPHA)
+        lr = 2e-3
+    trainable, total = trainable_parameters(model)
+    rng = torch.Generator().manual_seed(0)  # the windows drawn
+    batches = lm_batches(learn, SHAKESPEARE_BLOCK, batch_size=16, rng=rng)
+    held_out = lambda m: {"test loss": lm_eval_loss(m, test, SHAKESPEARE_BLOCK)}
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        history = fit(
+            model,
+            lm_loss,
+            batches,
+            steps=steps or 300,
+            lr=lr,
+            warmup=20,
+            eval_fn=held_out,
+            eval_every=100,
+            progress=progress,
+            desc=f"Twelfth Night, {method} fine-tuning",
+        )
+    history.evals[-1]["trainable parameters"] = float(trainable)
+    history.evals[-1]["parameters"] = float(total)
+    return (merge_lora(model) if method == "lora" else model), history, {}
 
 
 INDUCTION_VOCAB = 64  # the induction model's tokens: ids 1 .. 63 in the data (0 is padding)
@@ -316,4 +405,8 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "shakespeare_bpe": lambda steps=None, progress=False: _shakespeare("bpe", steps, progress),
     "shakespeare_2017": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "2017"),
     "shakespeare_modern": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "modern"),
+    "twelfth_night_lora": lambda steps=None, progress=False: _adapt("lora", steps, progress),
+    "twelfth_night_full": lambda steps=None, progress=False: _adapt("full", steps, progress),
+    "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
+    "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
 }

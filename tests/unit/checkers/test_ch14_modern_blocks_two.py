@@ -11,7 +11,7 @@ from transformer_lib import exercises as ex
 
 
 def _notebook_solution(name: str):
-    return notebook_solution("14_modern_blocks_two", name)
+    return notebook_solution("14_modern_blocks_two", name, moe=tl.moe)
 
 
 @pytest.mark.parametrize(
