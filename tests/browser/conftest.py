@@ -87,22 +87,30 @@ _SETTLED = """async () => {
 }"""
 
 
+# What Playwright says when a navigation replaces the document that page.evaluate runs in
+_NAVIGATED = ("context was destroyed", "Cannot find context with specified id")
+
+
 def settle(page, timeout_s: float = 60.0) -> None:
     """Wait until the page is loaded, typeset, its fonts are in and no request is in flight.
 
     Playwright's "networkidle" waits for half a second of silence after the last request, on every
-    page; this waits for the events themselves, so a settled page costs no idle time. A request still
-    open after `timeout_s` fails the test and is named.
+    page; this waits for the events themselves, so a settled page costs no idle time. A page that
+    navigates meanwhile (a redirect, or several) is waited for in turn, up to `timeout_s`. A request
+    still open after `timeout_s` fails the test and is named.
     """
-    for attempt in range(3):  # a page that redirects (index.html) destroys the first context
+    deadline = time.monotonic() + timeout_s
+    while True:  # a page that redirects (index.html) destroys the context the wait runs in: wait on the next one
         try:
             page.evaluate(_SETTLED)
             break
         except Exception as error:  # playwright's Error: "Execution context was destroyed" by a navigation
-            if "context was destroyed" not in str(error) or attempt == 2:
+            if not any(words in str(error) for words in _NAVIGATED) or time.monotonic() > deadline:
                 raise
+            # The load state may still be the old document's when the error arrives, so this can return at once;
+            # the short pause and the loop (not a fixed number of tries) cover that race and chains of redirects.
             page.wait_for_load_state("load")
-    deadline = time.monotonic() + timeout_s
+            page.wait_for_timeout(20)
     while page.in_flight:
         if time.monotonic() > deadline:
             pytest.fail(f"{page.url}: requests still open after {timeout_s:.0f} s: {[r.url for r in page.in_flight]}")

@@ -85,6 +85,25 @@ def test_screenshots_of_home_and_a_notebook(page, site_url):
         assert (ARTIFACTS / f"screenshot-{name}.png").stat().st_size > 20_000
 
 
+def test_settle_waits_for_the_page_at_the_end_of_a_chain_of_redirects(browser, tmp_path):
+    """settle() once failed with "Execution context was destroyed" on index.html, which redirects: it tried three
+    times. Here five pages each navigate away while settle waits on them (their typesetting never finishes), so
+    every wait's context is destroyed; settle must follow them to the last page and return there, settled."""
+    hold = "<script>window.MathJax = {startup: {promise: new Promise(() => {})}};"  # settle waits on this forever
+    for i in range(5):
+        go = f"addEventListener('load', () => setTimeout(() => location.replace('{i + 1}.html'), 200));</script>"
+        (tmp_path / f"{i}.html").write_text(f"<h1>{i}</h1>{hold}{go}")
+    (tmp_path / "5.html").write_text("<h1>five</h1>")
+    with serve(tmp_path) as base:
+        context = browser.new_context()
+        pg = context.new_page()
+        pg.in_flight = set()  # as the page fixture keeps it
+        pg.goto(f"{base}/0.html", wait_until="load")
+        settle(pg, timeout_s=30)
+        assert pg.url == f"{base}/5.html" and pg.text_content("h1") == "five"
+        context.close()
+
+
 def test_checks_catch_a_broken_image_and_a_broken_link(browser, site_url, tmp_path):
     """The checks above must be able to fail: serve a page with a missing image and a dead link."""
     (tmp_path / "ok.html").write_text("<h1>ok</h1>")
