@@ -316,16 +316,16 @@ def _adapt(method: str, steps: int | None = None, progress: bool = False) -> tup
 
     _, learn, test = adaptation_data()
     model, _ = load_checkpoint("shakespeare_char")
-    lr = 3e-4
-    if method == "lora":
-        add_lora(model, LORA_TARGETS, r=LORA_RANK, alpha=LORA_ALPHA)
-        lr = 2e-3
-    trainable, total = trainable_parameters(model)
     rng = torch.Generator().manual_seed(0)  # the windows drawn
     batches = lm_batches(learn, SHAKESPEARE_BLOCK, batch_size=16, rng=rng)
     held_out = lambda m: {"test loss": lm_eval_loss(m, test, SHAKESPEARE_BLOCK)}
-    with torch.random.fork_rng():
+    with torch.random.fork_rng():  # the adapters' A and dropout's masks come from this seed, not the caller's state
         torch.manual_seed(0)
+        lr = 3e-4
+        if method == "lora":
+            add_lora(model, LORA_TARGETS, r=LORA_RANK, alpha=LORA_ALPHA)
+            lr = 2e-3
+        trainable, total = trainable_parameters(model)
         history = fit(
             model,
             lm_loss,

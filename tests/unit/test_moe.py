@@ -29,7 +29,7 @@ def test_each_token_gets_the_renormalised_gate_weighted_sum_of_its_top_k_experts
         moe.MoEFeedForward(8, 12, num_experts=4, top_k=5)
 
 
-def test_load_balancing_loss_is_top_k_when_balanced_and_num_experts_times_top_k_when_collapsed():
+def test_load_balancing_loss_is_top_k_when_balanced_and_num_experts_when_collapsed():
     E, k, N = 4, 2, 400
     balanced = torch.zeros(N, E)  # uniform probabilities; top-k ties broken evenly by small offsets
     balanced[torch.arange(N), torch.arange(N) % E] = 1e-4
@@ -120,6 +120,24 @@ def test_training_with_the_balancing_loss_spreads_the_tokens_and_its_gradient_re
     with pytest.raises(TypeError, match="no MoEFeedForward layer"):
         with moe.router_logits(tl.DecoderOnlyLM(vocab_size=20, d_model=16, num_heads=2, num_layers=1)):
             pass
+
+
+def test_expert_use_counts_every_slot_per_layer_in_eval_mode_and_leaves_the_mode_as_it_was():
+    torch.manual_seed(1)
+    lm = tl.DecoderOnlyLM(
+        vocab_size=20, d_model=16, num_heads=2, num_layers=3, d_ff=8, dropout=0.3, num_experts=5, experts_per_token=2
+    ).train()
+    x = torch.randint(0, 20, (3, 11))
+    use = moe.expert_use(lm, x)
+    assert lm.training and use.shape == (3, 5)
+    torch.testing.assert_close(use.sum(-1), torch.ones(3))
+    lm.eval()
+    with torch.no_grad(), moe.router_logits(lm) as logits:
+        lm(x)
+    for layer, row in zip(logits, use):
+        chosen = layer.topk(2, dim=-1).indices  # (33, 2)
+        assert row.tolist() == pytest.approx([(chosen == e).sum().item() / chosen.numel() for e in range(5)], abs=1e-7)
+    assert torch.equal(moe.expert_use(lm.train(), x), use)  # dropout off while measuring: the same twice
 
 
 def test_config_refuses_one_expert_and_more_choices_than_experts():
