@@ -12,8 +12,8 @@ the pages' own JavaScript):
                     the mask as an input (the masks playground), the bracket classifier, and the Shakespeare
                     model's logit lens with every layer's attention (shakespeare_char_lens.onnx: the page
                     "Inside the language model")
-    models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes and the bracket
-                        head that tracks partners
+    models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
+                        head that tracks partners, and each model's int8 trial ("int8": see below)
     expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
                     words and text (also the longest the model allows: 8 prompt characters and 120 new),
                     one step's sampling distribution, P(balanced), masked weights, the logit lens's top three
@@ -23,19 +23,30 @@ Every file is run in onnxruntime (Python) and compared with PyTorch before it is
 step model call by call, from the prompt to the model's last position, against the full forward
 pass's logits. The models come from the shipped checkpoints, so the files are build outputs and
 stay out of git.
+
+Each model is also tried in int8 (quantize_int8: onnxruntime's own MatMulNBitsQuantizer, weight-only,
+which onnxruntime-web's wasm backend runs). The int8 file ships in place of the fp32 one only when
+every answer it gives on AGREEMENT fixed inputs is PyTorch fp32's: the same words, the same greedy
+text, the same verdict, the same top three; the same numbers at two decimals where the page or its
+prose quotes them. Otherwise the fp32 file ships. meta.json records for each model the two sizes,
+the count of answers that agree, the rule and which file shipped; expected.json also holds the
+shipped int8 files' own numbers (onnxruntime in Python), which the pages must give.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 import transformer_lib as tl
 from transformer_lib import recipes
@@ -66,6 +77,9 @@ MASKS = {"text": "to be", "pad": 2, "side": "left", "padding_mask": True, "causa
 VERSE = "To be, or not to be, that is the question:"  # the inside page's default text
 RANDOM = {"seed": 0, "block": 24}  # the inside page's "Repeated random string": 24 characters drawn with seed 0, twice
 LENS_TOP = 3  # the inside page shows the lens's three likeliest next characters
+AGREEMENT = 50  # fixed inputs per model for the int8 trial (the browser tests' own first, then seeded or corpus ones)
+BRACKETS_AGREEMENT = 300  # the verdict is cheap: BRACKETS, then held-out strings up to 300
+INT8_BLOCK = 32  # weights per int8 scale, along the input: finer than one per channel and as small on disk
 
 
 def specials(tok) -> dict[str, int]:
@@ -82,14 +96,17 @@ def specials(tok) -> dict[str, int]:
     return {**ids, "count": count}
 
 
-def _check(name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected) -> float:
-    """Run `session` on `inputs`; fail unless every output is within TOLERANCE of PyTorch's `expected`
-    (relative to the value's size, for logits of 10 or more). Returns the largest absolute difference."""
+def _check(
+    name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected, tolerance=TOLERANCE
+) -> float:
+    """Run `session` on `inputs`; fail unless every output is within `tolerance` of PyTorch's `expected`
+    (relative to the value's size, for logits of 10 or more; None: only measure, as for an int8 file).
+    Returns the largest absolute difference."""
     feeds = {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)}
     got = session.run(None, feeds)
     for g, e in zip(got, expected):
         worst = float((np.abs(g - e.numpy()) / (1 + np.abs(e.numpy()))).max())
-        if worst > TOLERANCE:
+        if tolerance is not None and worst > tolerance:
             raise SystemExit(
                 f"{name}: onnxruntime differs from PyTorch by {worst:.1e} (relative), more than {TOLERANCE:.0e}"
             )
@@ -103,6 +120,58 @@ def _export(model, path: Path, inputs: tuple[torch.Tensor, ...]) -> float:
     return _check(path.stem, ort.InferenceSession(str(path)), inputs, expected)
 
 
+def quantize_int8(path: Path) -> Path:
+    """Write `path` with its MatMul weights in int8 to <stem>.int8.onnx; return that path.
+
+    onnxruntime's MatMulNBitsQuantizer with 8 bits: symmetric, one fp32 scale per INT8_BLOCK weights along the
+    input, computed in fp32 (accuracy_level 1), so only the weights are rounded, not the activations. The
+    embeddings (Gather) stay fp32. Its MatMulNBits operator runs in onnxruntime-web's wasm backend."""
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # it logs every node at INFO
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(path),
+        bits=8,
+        block_size=INT8_BLOCK,
+        is_symmetric=True,
+        accuracy_level=1,
+        op_types_to_quantize=("MatMul",),
+    )
+    quantizer.process()
+    out = path.with_name(f"{path.stem}.int8.onnx")
+    quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
+    return out
+
+
+def try_int8(path: Path, rule: str, inputs: list, reference: list, answer) -> tuple[Path, dict]:
+    """Quantize `path` (quantize_int8) and ask the int8 file `answer(session, x)` for every input; it ships when all
+    its answers equal PyTorch fp32's `reference`, else the fp32 file does. The other file is deleted.
+    Returns (the shipped file, the trial for meta.json: sizes, answers that agree out of how many, rule, shipped)."""
+    int8 = quantize_int8(path)
+    session = ort.InferenceSession(str(int8))
+    agree = sum(answer(session, x) == r for x, r in zip(inputs, reference, strict=True))
+    ship = agree == len(inputs)
+    trial = {
+        "fp32_bytes": path.stat().st_size,
+        "int8_bytes": int8.stat().st_size,
+        "agree": agree,
+        "inputs": len(inputs),
+        "rule": rule,
+        "shipped": "int8" if ship else "fp32",
+    }
+    (path if ship else int8).unlink()
+    return (int8 if ship else path), trial
+
+
+def _words_onnx(session: ort.InferenceSession, src: np.ndarray, tgt_tok) -> str:
+    """The numbers page's greedy decoding in onnxruntime: `src` (1, 5) digit ids -> the words, up to <eos>."""
+    tgt = [tgt_tok.bos_id]
+    for _ in range(NUMBERS_MAX_NEW):
+        logits = session.run(None, {"src": src, "tgt": np.array([tgt])})[0]  # (1, T, V)
+        tgt.append(int(logits[0, -1].argmax()))
+        if tgt[-1] == tgt_tok.eos_id:
+            break
+    return tgt_tok.decode(torch.tensor(tgt))
+
+
 def numbers_to_words(models: Path) -> tuple[dict, dict]:
     model, _ = tl.load_checkpoint("numbers_to_words")
     src_tok, tgt_tok = recipes.numbers_to_words_data()[:2]
@@ -111,7 +180,21 @@ def numbers_to_words(models: Path) -> tuple[dict, dict]:
         src = torch.tensor([src_tok.encode(number.zfill(5))])  # (1, 5)
         out = model.greedy_decode(src, tgt_tok.bos_id, tgt_tok.eos_id, NUMBERS_MAX_NEW)  # (1, 1 + n)
         answers[number] = tgt_tok.decode(out[0])
-    gap = _export(model, models / "numbers_to_words.onnx", (src, out))
+    path = models / "numbers_to_words.onnx"
+    gap = _export(model, path, (src, out))
+    drawn = np.random.default_rng(0).integers(0, 100_000, AGREEMENT - len(NUMBERS))
+    numbers = NUMBERS + [str(n) for n in drawn]  # the browser tests' numbers, then seeded ones
+    sources = [np.array([src_tok.encode(n.zfill(5))]) for n in numbers]  # (1, 5) each
+    reference = [
+        tgt_tok.decode(model.greedy_decode(torch.tensor(x), tgt_tok.bos_id, tgt_tok.eos_id, NUMBERS_MAX_NEW)[0])
+        for x in sources
+    ]
+    path, int8 = try_int8(
+        path, "the greedy words identical", sources, reference, lambda session, x: _words_onnx(session, x, tgt_tok)
+    )
+    if int8["shipped"] == "int8":
+        with torch.no_grad():
+            gap = _check(path.stem, ort.InferenceSession(str(path)), (src, out), with_attention(model)(src, out), None)
     cfg = model.config
     meta = {
         "src_itos": src_tok.itos,
@@ -124,6 +207,8 @@ def numbers_to_words(models: Path) -> tuple[dict, dict]:
         "max_new_tokens": NUMBERS_MAX_NEW,
         "layers": cfg.num_layers,
         "heads": cfg.num_heads,
+        "file": path.name,
+        "int8": int8,
     }
     return meta, answers
 
@@ -169,9 +254,27 @@ def _check_steps(path: Path, model, sequence: torch.Tensor, prompt: int) -> floa
     return gap
 
 
+def _greedy_onnx(session: ort.InferenceSession, model, ids: list[int], n: int) -> list[int]:
+    """The language-model page's greedy text in onnxruntime with the step model: the prompt `ids` once, then one
+    token per call with the keys and values carried; returns the `n` new ids."""
+    keys = values = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k)
+    feed, new = np.array([ids]), []
+    for _ in range(n):
+        logits, keys, values = session.run(None, {"tokens": feed, "past_keys": keys, "past_values": values})
+        new.append(int(logits[0, -1].argmax()))
+        feed = np.array([new[-1:]])  # (1, 1)
+    return new
+
+
+def corpus_texts(val: torch.Tensor, count: int, length: int) -> list[list[int]]:
+    """`count` pieces of `length` token ids, evenly spaced through the validation text `val` (M,): the int8
+    trial's inputs beyond the browser tests' own."""
+    return [val[int(s) : int(s) + length].tolist() for s in np.linspace(0, len(val) - length - 1, count)]
+
+
 def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     model, _ = tl.load_checkpoint("shakespeare_char")
-    tok = recipes.shakespeare_data("char")[0]
+    tok, _, val = recipes.shakespeare_data("char")
     cfg = model.config
     answers = []
     for prompt, n in [*PROMPTS, (LONGEST, cfg.max_len - len(LONGEST))]:
@@ -182,6 +285,18 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     longest = answers.pop()  # the browser tests' longest text, apart from the cases they loop over
     path = export_step(model, models / "shakespeare_char_step.onnx")
     gap = _check_steps(path, model, out, len(LONGEST))  # out: the longest text, all of max_len
+    cases = [(tok.encode(p), n) for p, n in [*PROMPTS, (LONGEST, cfg.max_len - len(LONGEST))]]
+    cases += [(ids, PROMPTS[0][1]) for ids in corpus_texts(val, AGREEMENT - len(cases), 16)]  # 16 characters, 60 new
+    reference = [model.generate(torch.tensor([ids]), n, temperature=0.0)[0, len(ids) :].tolist() for ids, n in cases]
+    path, int8 = try_int8(
+        path,
+        f"the greedy text identical, {PROMPTS[0][1]} new characters or more",
+        cases,
+        reference,
+        lambda session, case: _greedy_onnx(session, model, *case),
+    )
+    if int8["shipped"] == "int8":
+        raise SystemExit("an int8 step model would need its own step check (_check_steps holds it to 1e-5)")
     attn = model.decoder.layers[0].self_attn
     meta = {
         "itos": tok.itos,
@@ -192,6 +307,8 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
         "kv_heads": attn.num_kv_heads,  # the past's shape, (layers, 1, kv_heads, T_past, head_width)
         "head_width": attn.d_k,
         "gap": gap,
+        "file": path.name,
+        "int8": int8,
     }
     probs, drawn = _sampling_distribution(model, torch.tensor([tok.encode(SAMPLING["prompt"])]))
     top = probs.argsort(descending=True)[:8].tolist()  # the page's table: the eight likeliest, likeliest first
@@ -216,12 +333,29 @@ def shakespeare(models: Path) -> tuple[dict, dict, dict, dict]:
     with torch.no_grad():
         weights = first_attention(model)(tokens, mask)  # (h, T, T)
     masks_gap = _check(path.stem, ort.InferenceSession(str(path)), (tokens, mask), (weights,))
+    probes = [(tokens, mask)]  # the browser test's input, then pieces of verse with the causal mask
+    probes += [(torch.tensor([ids]), tl.causal_mask(len(ids))) for ids in corpus_texts(val, AGREEMENT - 1, 16)]
+    with torch.no_grad():
+        reference = [np.round(first_attention(model)(*probe).numpy(), 2).tolist() for probe in probes]
+
+    def weights_onnx(session: ort.InferenceSession, probe: tuple[torch.Tensor, torch.Tensor]) -> list:
+        feeds = {"tokens": probe[0].numpy(), "mask": probe[1].numpy()}
+        return np.round(session.run(None, feeds)[0], 2).tolist()  # (h, T, T), as the table prints them
+
+    rule = "every head's weights identical at two decimals, as the page's table prints them"
+    path, masks_int8 = try_int8(path, rule, probes, reference, weights_onnx)
+    if masks_int8["shipped"] == "int8":
+        raise SystemExit(
+            "an int8 masks probe would need its own weights in expected.json (the test holds them to 1e-5)"
+        )
     masks_meta = {
         "itos": tok.itos,
         "specials": specials(tok),
         "max_len": cfg.max_len,
         "heads": cfg.num_heads,
         "gap": masks_gap,
+        "file": path.name,
+        "int8": masks_int8,
     }
     expected = {"greedy": answers, "longest": longest, "sampling": sampling}
     return meta, expected, masks_meta, {**MASKS, "weights": weights.tolist()}
@@ -274,11 +408,16 @@ def _lens_answers(model, tok, text: str) -> dict:
     }
 
 
+def _top(lens: np.ndarray) -> list:
+    """The logit lens (L, T, V) -> the LENS_TOP likeliest ids at each layer and position, likeliest first."""
+    return np.argsort(-lens, axis=-1, kind="stable")[..., :LENS_TOP].tolist()  # (L, T, 3)
+
+
 def inside_lm(models: Path) -> tuple[dict, dict]:
     """The inside page: the Shakespeare character model's logit lens and attention, as ONNX, and PyTorch's answers on
     a line of verse and on a repeated random string."""
     model, _ = tl.load_checkpoint("shakespeare_char")
-    tok = recipes.shakespeare_data("char")[0]
+    tok, _, val = recipes.shakespeare_data("char")
     cfg = model.config
     random_text = repeated_random(tok, RANDOM["seed"], RANDOM["block"])
     answers = {
@@ -293,6 +432,18 @@ def inside_lm(models: Path) -> tuple[dict, dict]:
         with torch.no_grad():
             expected = lens_model(model)(tokens)  # lens (L, T, V), attention (L, h, T, T)
         gap = max(gap, _check(f"{path.stem} on {len(text)} characters", session, (tokens,), expected))
+    texts = [tok.encode(VERSE), tok.encode(random_text), *corpus_texts(val, AGREEMENT - 2, 64)]  # (T,) ids each
+    with torch.no_grad():
+        reference = [_top(lens_model(model)(torch.tensor([ids]))[0].numpy()) for ids in texts]
+    path, int8 = try_int8(
+        path,
+        f"the lens's top {LENS_TOP} identical, in order, at every layer and position",
+        texts,
+        reference,
+        lambda session, ids: _top(session.run(None, {"tokens": np.array([ids])})[0]),
+    )
+    if int8["shipped"] == "int8":
+        raise SystemExit("an int8 lens would need its own probabilities in expected.json (the test holds them to 5e-5)")
     meta = {
         "itos": tok.itos,
         "specials": specials(tok),
@@ -302,6 +453,8 @@ def inside_lm(models: Path) -> tuple[dict, dict]:
         "top": LENS_TOP,
         "random_block": RANDOM["block"],
         "gap": gap,
+        "file": path.name,
+        "int8": int8,
     }
     return meta, answers
 
@@ -332,7 +485,8 @@ def partner_head(model, tok) -> tuple[int, int, float]:
     return layer, head, float(mean[layer, head])
 
 
-def brackets(models: Path) -> tuple[dict, dict]:
+def brackets(models: Path) -> tuple[dict, dict, dict | None]:
+    """The bracket classifier's meta, its P(balanced) on BRACKETS, and the shipped int8 file's own P (None: fp32)."""
     model, _ = tl.load_checkpoint("bracket_classifier")
     tok = recipes.bracket_classifier_data()[0]
     answers = {}
@@ -340,7 +494,35 @@ def brackets(models: Path) -> tuple[dict, dict]:
         ids = torch.tensor([tok.encode(text, bos=True)])  # (1, 1 + S)
         with torch.no_grad():
             answers[text] = float(model(ids).softmax(-1)[0, 1])  # P(balanced)
-    gap = _export(model, models / "bracket_classifier.onnx", (ids,))
+    path = models / "bracket_classifier.onnx"
+    gap = _export(model, path, (ids,))
+    x_test = recipes.bracket_classifier_data()[3]
+    texts = BRACKETS + [tok.decode(row[row != tok.pad_id]) for row in x_test[: BRACKETS_AGREEMENT - len(BRACKETS)]]
+    with torch.no_grad():
+        probs = [float(model(torch.tensor([tok.encode(t, bos=True)])).softmax(-1)[0, 1]) for t in texts]
+
+    def onnx_probability(session: ort.InferenceSession, text: str) -> float:
+        logits = session.run(None, {"tokens": np.array([tok.encode(text, bos=True)])})[0][0]  # (2,)
+        return float(torch.tensor(logits).softmax(-1)[1])
+
+    def verdict(p: float, text: str) -> tuple:  # the page's verdict, and P at two decimals where the prose quotes it
+        return (p > 0.5, round(p, 2) if text in BRACKETS[:4] else None)
+
+    path, int8 = try_int8(
+        path,
+        "the verdict (P > 0.5) identical; P at two decimals too for the four strings the page quotes",
+        texts,
+        [verdict(p, t) for p, t in zip(probs, texts)],
+        lambda session, t: verdict(onnx_probability(session, t), t),
+    )
+    onnx_answers = None
+    if int8["shipped"] == "int8":
+        session = ort.InferenceSession(str(path))
+        with torch.no_grad():
+            gap = _check(path.stem, session, (ids,), with_attention(model)(ids), None)
+        shipped = [onnx_probability(session, t) for t in texts]
+        int8["max_probability_change"] = max(abs(a - b) for a, b in zip(shipped, probs))
+        onnx_answers = {t: onnx_probability(session, t) for t in BRACKETS}  # what the page must show
     layer, head, weight = partner_head(model, tok)
     cfg = model.config
     meta = {
@@ -351,8 +533,10 @@ def brackets(models: Path) -> tuple[dict, dict]:
         "heads": cfg.num_heads,
         "partner": {"layer": layer, "head": head, "mean_weight": weight},
         "gap": gap,
+        "file": path.name,
+        "int8": int8,
     }
-    return meta, answers
+    return meta, answers, onnx_answers
 
 
 def main() -> int:
@@ -382,23 +566,27 @@ def main() -> int:
     meta, expected = {}, {}
     meta["numbers_to_words"], expected["numbers_to_words"] = numbers_to_words(models)
     meta["shakespeare_char"], expected["shakespeare_char"], meta["masks"], expected["masks"] = shakespeare(models)
-    meta["bracket_classifier"], expected["bracket_classifier"] = brackets(models)
+    meta["bracket_classifier"], expected["bracket_classifier"], onnx_brackets = brackets(models)
+    if onnx_brackets is not None:  # the int8 file's own numbers, which the page must give (the tests compare)
+        expected["onnx"] = {"bracket_classifier": onnx_brackets}
     meta["inside"], expected["inside"] = inside_lm(models)
-    files = {
-        "numbers_to_words": "numbers_to_words",
-        "shakespeare_char": "shakespeare_char_step",
-        "masks": "shakespeare_char_layer1",
-        "bracket_classifier": "bracket_classifier",
-        "inside": "shakespeare_char_lens",
-    }
-    for key, stem in files.items():
-        meta[key]["file"] = f"{stem}.onnx"
-        meta[key]["bytes"] = (models / f"{stem}.onnx").stat().st_size
+    keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside"]
+    for key in keys:
+        meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)
     (models / "meta.json").write_text(json.dumps(meta, ensure_ascii=False))
     (args.out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1))
-    for key, stem in files.items():
-        print(f"{stem}.onnx: {meta[key]['bytes'] / 1e6:.2f} MB, at most {meta[key]['gap']:.1e} from PyTorch")
+    for key in keys:
+        m, t = meta[key], meta[key]["int8"]
+        print(
+            f"{m['file']}: {m['bytes'] / 1e6:.2f} MB, at most {m['gap']:.1e} from PyTorch; int8 "
+            f"{t['int8_bytes'] / 1e6:.2f} MB against fp32 {t['fp32_bytes'] / 1e6:.2f} MB, {t['agree']} of "
+            f"{t['inputs']} answers agree ({t['rule']}): {t['shipped']} ships"
+        )
+    print(
+        f"models: {sum(meta[k]['bytes'] for k in keys) / 1e6:.2f} MB shipped, fp32 all: "
+        f"{sum(meta[k]['int8']['fp32_bytes'] for k in keys) / 1e6:.2f} MB"
+    )
     b = meta["bracket_classifier"]["partner"]
     print(
         f"runtime: {meta['runtime_bytes'] / 1e6:.1f} MB; the partner head is layer {b['layer'] + 1}, "

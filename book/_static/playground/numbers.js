@@ -1,6 +1,7 @@
 // Numbers to words: the book's encoder-decoder translates a number the reader types, one word at a time.
 //
-// The model (models/numbers_to_words.onnx) is tl.Transformer with 2 + 2 layers and 4 heads:
+// The model (models/numbers_to_words.int8.onnx, its weights in int8; meta.json names the file) is
+// tl.Transformer with 2 + 2 layers and 4 heads:
 //   src (1, S = 5) digit ids, tgt (1, T) word ids so far -> logits (1, T, V), cross_attention (L, h, T, S)
 // Greedy decoding runs here as in Transformer.greedy_decode: start from <bos>, append the likeliest
 // word, stop at <eos>. The ONNX file has no cache, so each step runs the whole decoder again.
