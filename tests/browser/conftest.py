@@ -137,6 +137,21 @@ def pytest_terminal_summary(terminalreporter, config):
             )
         ARTIFACTS.mkdir(exist_ok=True)
         (ARTIFACTS / "playground-times.json").write_text(json.dumps(times, indent=1))
+    agreement = getattr(config, "playground_agreement", None)
+    if agreement:
+        import json
+
+        meta = json.loads((SITE / "_static" / "playground" / "models" / "meta.json").read_text())
+        terminalreporter.section(
+            "playgrounds: answers that agree with PyTorch fp32 (in the page; in the build's trial)"
+        )
+        for key, (agree, total) in sorted(agreement.items()):
+            trial = meta[key]["int8"]
+            terminalreporter.write_line(
+                f"{key}: {agree} of {total} in the page, {meta[key]['file']} ({meta[key]['bytes'] / 1e6:.2f} MB); "
+                f"int8 {trial['agree']} of {trial['inputs']} in the build, {trial['shipped']} shipped "
+                f"(int8 {trial['int8_bytes'] / 1e6:.2f} MB, fp32 {trial['fp32_bytes'] / 1e6:.2f} MB)"
+            )
     skipped = terminalreporter.stats.get("skipped", [])
     if any("BROWSER TESTS SKIPPED" in str(r.longrepr) for r in skipped):
         terminalreporter.section("BROWSER TESTS SKIPPED", sep="!", red=True, bold=True)
