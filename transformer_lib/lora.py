@@ -59,8 +59,15 @@ class LoRALinear(nn.Module):
 
     def merge(self) -> nn.Linear:
         """An nn.Linear whose weight is W + (alpha / r) B A: the same outputs (without dropout), no extra cost."""
-        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
-        merged = merged.to(self.base.weight.device, self.base.weight.dtype)
+        # skip_init draws no initial weights (they are overwritten), so merging leaves the caller's RNG alone
+        merged = nn.utils.skip_init(
+            nn.Linear,
+            self.base.in_features,
+            self.base.out_features,
+            bias=self.base.bias is not None,
+            device=self.base.weight.device,
+            dtype=self.base.weight.dtype,
+        )
         with torch.no_grad():
             merged.weight.copy_(self.base.weight + self.delta())
             if self.base.bias is not None:

@@ -315,7 +315,8 @@ def _adapt(method: str, steps: int | None = None, progress: bool = False) -> tup
     from .checkpoints import load_checkpoint
 
     _, learn, test = adaptation_data()
-    model, _ = load_checkpoint("shakespeare_char")
+    with torch.random.fork_rng():  # building the model draws initial weights, which the checkpoint replaces
+        model, _ = load_checkpoint("shakespeare_char")
     rng = torch.Generator().manual_seed(0)  # the windows drawn
     batches = lm_batches(learn, SHAKESPEARE_BLOCK, batch_size=16, rng=rng)
     held_out = lambda m: {"test loss": lm_eval_loss(m, test, SHAKESPEARE_BLOCK)}
