@@ -26,11 +26,12 @@ stay out of git.
 
 Each model is also tried in int8 (quantize_int8: onnxruntime's own MatMulNBitsQuantizer, weight-only,
 which onnxruntime-web's wasm backend runs). The int8 file ships in place of the fp32 one only when
-every answer it gives on AGREEMENT fixed inputs is PyTorch fp32's: the same words, the same greedy
-text, the same verdict, the same top three; the same numbers at two decimals where the page or its
-prose quotes them. Otherwise the fp32 file ships. meta.json records for each model the two sizes,
-the count of answers that agree, the rule and which file shipped; expected.json also holds the
-shipped int8 files' own numbers (onnxruntime in Python), which the pages must give.
+every answer it gives on AGREEMENT fixed inputs (for the brackets, every held-out string too) is
+PyTorch fp32's: the same words, the same greedy text, the same verdict, the same top three; the same
+numbers at two decimals where the page or its prose quotes them. Otherwise the fp32 file ships.
+meta.json records for each model the two sizes, the count of answers that agree, the rule and which
+file shipped; expected.json also holds the shipped int8 files' own numbers (onnxruntime in Python),
+which the pages must give.
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ VERSE = "To be, or not to be, that is the question:"  # the inside page's defaul
 RANDOM = {"seed": 0, "block": 24}  # the inside page's "Repeated random string": 24 characters drawn with seed 0, twice
 LENS_TOP = 3  # the inside page shows the lens's three likeliest next characters
 AGREEMENT = 50  # fixed inputs per model for the int8 trial (the browser tests' own first, then seeded or corpus ones)
-BRACKETS_AGREEMENT = 300  # the verdict is cheap: BRACKETS, then held-out strings up to 300
 INT8_BLOCK = 32  # weights per int8 scale, along the input: finer than one per channel and as small on disk
 
 
@@ -497,7 +497,7 @@ def brackets(models: Path) -> tuple[dict, dict, dict | None]:
     path = models / "bracket_classifier.onnx"
     gap = _export(model, path, (ids,))
     x_test = recipes.bracket_classifier_data()[3]
-    texts = BRACKETS + [tok.decode(row[row != tok.pad_id]) for row in x_test[: BRACKETS_AGREEMENT - len(BRACKETS)]]
+    texts = BRACKETS + [tok.decode(row[row != tok.pad_id]) for row in x_test]  # and every held-out string
     with torch.no_grad():
         probs = [float(model(torch.tensor([tok.encode(t, bos=True)])).softmax(-1)[0, 1]) for t in texts]
 

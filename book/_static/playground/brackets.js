@@ -1,7 +1,6 @@
 // Brackets: the book's encoder classifier says whether the reader's bracket string is balanced.
 //
-// The model (models/bracket_classifier.int8.onnx, its weights in int8; meta.json names the file) is
-// tl.EncoderClassifier, 3 layers, 8 heads:
+// The model (models/bracket_classifier.onnx) is tl.EncoderClassifier, 3 layers, 8 heads:
 //   tokens (1, S) = <bos> then the brackets -> logits (1, 2), attention (L, h, S, S)
 // P(balanced) is the softmax of the two logits. The page opens on the head that, on held-out
 // strings, puts the most weight on each bracket's partner (tools/build_playground.py measures it).
