@@ -59,7 +59,10 @@ def _bibliography_entries_are_list_items(app, pagename, templatename, context, d
 def _copy_playground(app, exception) -> None:
     built = Path(app.srcdir) / "_build" / "playground"
     if exception is None and app.builder.format == "html" and (built / "models" / "meta.json").is_file():
-        shutil.copytree(built, Path(app.outdir) / "_static" / "playground", dirs_exist_ok=True)
+        site = Path(app.outdir) / "_static" / "playground"  # also holds the pages' own JavaScript: kept
+        for folder in (f for f in built.iterdir() if f.is_dir()):  # models/, vendor/: replaced whole, so that a
+            shutil.rmtree(site / folder.name, ignore_errors=True)  # file the build no longer writes is not served
+        shutil.copytree(built, site, dirs_exist_ok=True)
 
 
 def setup(app):
