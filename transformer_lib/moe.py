@@ -7,7 +7,7 @@ Each expert is an ordinary `FeedForward` of width d_ff, so a token pays for top_
 the layer holds num_experts of them.
 
 Left alone, a router tends to send most tokens to a few experts. The load-balancing loss of the
-Switch Transformer (Fedus et al., 2022), which Mixtral adds to its language-model loss, is
+Switch Transformer (Fedus et al., 2022), which transformers' Mixtral adds to its language-model loss, is
 num_experts times the sum over experts of (the routing slots the expert got per token) times (the
 mean probability the router gave it). It is top_k when both are uniform, and at most num_experts. In use::
 
@@ -147,7 +147,7 @@ def expert_shares(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 @torch.no_grad()
 def expert_use(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """Run `model` on ids (B, T) -> (MoE layers, E): each layer's share of routing slots per expert, rows summing to 1."""
+    """Run `model` on ids (B, T) -> (MoE layers, E): each layer's share of routing slots per expert (rows sum to 1)."""
     top_k = next((m.top_k for m in model.modules() if isinstance(m, MoEFeedForward)), None)
     was_training = model.training
     model.eval()

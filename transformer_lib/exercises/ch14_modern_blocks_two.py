@@ -137,6 +137,7 @@ def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
         two = min(2, e)
         top2, chosen2 = probs.topk(two, dim=-1)
         logit_top, logit_chosen = logits.double().topk(k, dim=-1)
+        top0, chosen0 = logits.double().softmax(0).topk(k, dim=-1)  # a softmax over the tokens, then the same steps
         mistakes = [
             (
                 _dense(top, chosen, e),
@@ -144,7 +145,7 @@ def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
                 "(renormalise), as Mixtral does.",
             ),
             (
-                _dense(logits.double().softmax(0).gather(1, chosen), chosen, e),
+                _dense(top0 / top0.sum(-1, keepdim=True), chosen0, e),
                 "The softmax ran over the tokens (dim 0): each token's router scores its experts, so take the "
                 "softmax over the experts (the last dimension).",
             ),
@@ -181,7 +182,8 @@ def _int8(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> str:
     """fn(weight (out, in)) -> (q (out, in) int8, scale (out,) or (out, 1)): per-row symmetric int8,
-    scale = max |row| / 127 and q = round(weight / scale). A row of zeros may take any positive scale.
+    scale = (the row's largest absolute value) / 127 and q = round(weight / scale). A row of zeros may take
+    any positive scale.
 
     Written by hand: tl.quantization.quantize_per_channel and torch.quantize_per_channel refuse to run.
     """
@@ -247,7 +249,7 @@ def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tenso
                     "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
                     "row (output feature)."
                 )
-            return f"On {case} the scales are not max |row| / 127."
+            return f"On {case} the scales are not each row's largest absolute value / 127."
         if torch.equal(q.double()[~zero], want[~zero]) and (q[zero] == 0).all():
             continue
         if torch.equal(q.double(), torch.trunc(w / scale).clamp(-127, 127)):

@@ -114,9 +114,17 @@ def _gates(logits, k, keep=None):
         (lambda x, k: _gates(x, k, keep=lambda top: top), "renormalise"),
         (
             lambda x, k: torch.zeros_like(x).scatter(
-                -1, x.softmax(-1).topk(k, -1).indices, x.softmax(0).gather(1, x.softmax(-1).topk(k, -1).indices)
+                -1,
+                x.softmax(0).topk(k, -1).indices,
+                x.softmax(0).topk(k, -1).values / x.softmax(0).topk(k, -1).values.sum(-1, keepdim=True),
             ),
             "over the tokens",
+        ),
+        (
+            lambda x, k: torch.zeros_like(x).scatter(
+                -1, x.softmax(-1).topk(k, -1).indices, x.softmax(0).gather(1, x.softmax(-1).topk(k, -1).indices)
+            ),
+            "you chose the right experts",
         ),
         (lambda x, k: torch.zeros_like(x).scatter(-1, x.topk(k, -1).indices, x.topk(k, -1).values), "raw logits"),
         (
