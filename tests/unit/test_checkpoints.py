@@ -28,12 +28,16 @@ def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
     """Re-run the recipe's first steps here and compare the losses with those the checkpoint recorded.
 
     Float sums round differently on other CPUs, so the losses are compared to 1e-3, not exactly;
-    a different recipe (data, seed, model or learning rate) moves them by far more.
+    a different recipe (data, seed, model or learning rate) moves them by far more. A mixture of
+    experts routes discretely: a rounding difference can send a token whose two best experts nearly
+    tie to the other one, and with two threads instead of one, step 18 moved by 3e-3. Its losses are
+    compared to 1e-2, still half of what the balancing loss alone adds at the first step (0.02).
     """
-    _, meta = tl.load_checkpoint(name)
+    shipped, meta = tl.load_checkpoint(name)
     first = meta["first_losses"]
     model, history, _ = recipes.RECIPES[name](steps=len(first))
-    assert len(first) >= 10 and history.losses == pytest.approx(first, abs=1e-3)
+    tolerance = 1e-2 if shipped.config.num_experts else 1e-3
+    assert len(first) >= 10 and history.losses == pytest.approx(first, abs=tolerance)
     _, longer = tl.load_checkpoint(name)
     assert longer["steps"] > len(first)
 
@@ -153,3 +157,25 @@ def test_the_fine_tuned_models_are_what_they_say_and_their_recorded_loss_holds()
             assert changed == 4 * len(recipes.LORA_TARGETS)  # the adapted weights, and nothing else
         else:
             assert trained == sum(p.numel() for p in base.parameters())
+
+
+@pytest.mark.slow
+def test_the_mixtures_of_experts_are_what_they_say_and_keep_the_chapter_promise():
+    """Chapter 14 reads these runs: 4 experts of width 256, top-2, the recorded held-out losses hold, both mixtures
+    end below the dense model, and the balancing loss over all layers is lower in the run that trained with it."""
+    _, dense_meta = tl.load_checkpoint("shakespeare_char")
+    _, _, valid = recipes.shakespeare_data("char")
+    sample = valid[: 16 * recipes.SHAKESPEARE_BLOCK].view(16, recipes.SHAKESPEARE_BLOCK)
+    pooled = {}
+    for name in ("shakespeare_moe", "shakespeare_moe_unbalanced"):
+        model, meta = tl.load_checkpoint(name)
+        for field, value in recipes.SHAKESPEARE_BLOCKS["moe"].items():
+            assert getattr(model.config, field) == value, field
+        nats = tl.lm_eval_loss(model, valid, recipes.SHAKESPEARE_BLOCK)
+        assert nats == pytest.approx(meta["evals"][-1]["validation loss"], abs=0.01)
+        assert nats < dense_meta["evals"][-1]["validation loss"] - 0.01
+        assert meta["steps"] == 3000 and len(meta["losses"]) == 3000
+        with torch.no_grad(), tl.moe.router_logits(model) as logits:
+            model(sample)
+        pooled[name] = tl.moe.load_balancing_loss(logits, 2).item()
+    assert pooled["shakespeare_moe"] < pooled["shakespeare_moe_unbalanced"] - 0.05
