@@ -112,7 +112,10 @@ def test_a_learner_runs_a_chapter_reads_a_quiz_and_moves_a_slider(browser, lab):
     assert FIRST_FOLDER in crumbs and "notebooks" not in crumbs, f"JupyterLab opened on {crumbs!r}, not colab/"
     chapter.dblclick()  # the learner opens the chapter from the file browser
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    tab = page.locator(".lm-TabBar-tab.jp-mod-current.lm-mod-closable").first.get_attribute("title") or ""
+    current_tab = ".lm-TabBar-tab.jp-mod-current.lm-mod-closable"
+    # the tab's tooltip (its path) is filled in once the document's context is ready, which can be after the cells show
+    page.wait_for_function(f"() => document.querySelector('{current_tab}')?.title", timeout=30_000)
+    tab = page.locator(current_tab).first.get_attribute("title") or ""
     assert f"{FIRST_FOLDER}/{NOTEBOOK}" in tab, f"the chapter opened is not colab's copy: {tab!r}"
     page.wait_for_timeout(2000)
     dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
