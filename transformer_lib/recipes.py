@@ -19,7 +19,7 @@ from . import corpus
 from .config import TransformerConfig
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
-from .moe import MoEFeedForward, expert_shares, moe_lm_loss, router_logits
+from .moe import expert_use, moe_lm_loss
 from .tasks import (
     brackets_task,
     encode_labelled,
@@ -243,12 +243,8 @@ def busiest_expert_shares(model: nn.Module, ids: torch.Tensor, windows: int = 16
 
     A balanced router gives 1 / num_experts; a collapsed one gives 1 / top_k.
     """
-    top_k = next(m for m in model.modules() if isinstance(m, MoEFeedForward)).top_k
     x = ids[: windows * SHAKESPEARE_BLOCK].view(windows, SHAKESPEARE_BLOCK)  # (windows, block)
-    model.eval()
-    with torch.no_grad(), router_logits(model) as logits:
-        model(x.to(next(model.parameters()).device))
-    return [float(expert_shares(layer, top_k).max()) for layer in logits]
+    return expert_use(model, x.to(next(model.parameters()).device)).max(dim=-1).values.tolist()  # (L,)
 
 
 def _shakespeare(

@@ -199,6 +199,12 @@ def test_int8_rows_mistakes_are_named(wrong, phrase):
     rejected(ex.check_int8_rows(wrong), phrase)
 
 
+def test_int8_rows_right_only_for_the_first_shape_fails_naming_another_input():
+    """Per row on a (4, 6) weight, one scale for the whole matrix on every other."""
+    wrong = lambda w: _int8(w) if w.shape == (4, 6) else _int8(w, lambda w: w.abs().max().expand(w.shape[0], 1) / 127)
+    rejected(ex.check_int8_rows(wrong), "per-tensor")
+
+
 def test_int8_rows_a_zero_row_may_take_any_positive_scale():
     def scale_two(w):
         q, s = _int8(w)
@@ -255,6 +261,12 @@ def _slots(x, k):
 )
 def test_expert_use_mistakes_are_named(wrong, phrase):
     rejected(ex.check_expert_use(wrong), phrase)
+
+
+def test_expert_use_right_only_for_top_2_fails_naming_the_top_1_model():
+    """k = 2 written in: right on the first model (top-2), wrong on the second (top-1)."""
+    wrong = lambda m, ids: _use(m, ids, lambda x, k: _slots(x, 2) / (x.shape[0] * 2))
+    rejected(ex.check_expert_use(wrong), "top-1")
 
 
 def test_expert_use_a_typed_table_fails_on_the_checkers_own_models():
