@@ -35,7 +35,9 @@ help:
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[book,test]" -c $(CONSTRAINTS)
+	@# the CPU build of torch on a machine without a GPU (tools/torch_index.py; TORCH_BACKEND=cuda for CUDA)
+	TORCH_ARGS="$$($(PYTHON) tools/torch_index.py)" && \
+		$(BIN)/python -m pip install --quiet -e ".[book,test]" -c $(CONSTRAINTS) $$TORCH_ARGS
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,6 +36,7 @@ import ast
 import csv
 import functools
 import inspect
+import json
 import os
 import re
 import shutil
@@ -45,6 +46,7 @@ from pathlib import Path
 
 import nbformat
 
+import grading_guard
 import plain_notebooks
 import student_edition
 
@@ -57,9 +59,13 @@ CHAPTER_TIMEOUT = 300  # seconds for the chapter's own read-only cells, some of 
 
 # The hidden part of every graded checker cell. It runs in the student's kernel, so it imports
 # nothing at module level and relies on no name of the notebook: it is copied into each cell.
+# Called as _nbgrader_check(None, None) in a clean process, it returns the reference signatures of the
+# library functions that step 3 compares (tools/grading.py writes them once per grading run).
 def _nbgrader_check(ns, calls):
     """Grade one checker cell: run the pristine checkers on the notebook's arguments; refuse tampering."""
     import importlib
+    import json
+    import os
     import sys
     import types
     import uuid
@@ -72,6 +78,41 @@ def _nbgrader_check(ns, calls):
             return getattr(obj, "__code__", None)
         except Exception:  # an object whose attributes cannot be read (a torch class proxy)
             return None
+
+    def notebook_made(obj, depth=0):
+        """Whether code written in the notebook stands behind obj: a function, a partial, a callable object."""
+        try:
+            if depth > 4 or obj is None:
+                return False
+            if getattr(type(obj), "__module__", "") == "__main__":  # an instance of a notebook's class
+                return True
+            filename = getattr(code(obj), "co_filename", "") if isinstance(obj, types.FunctionType) else ""
+            if "ipykernel_" in filename or filename.startswith("<"):
+                return True
+            inner = [getattr(obj, name, None) for name in ("__wrapped__", "__func__", "func")]
+            return any(x is not obj and notebook_made(x, depth + 1) for x in inner if callable(x))
+        except Exception:
+            return False
+
+    def signature(obj):
+        """What a library callable is, by name: its type and where it says it comes from."""
+        try:
+            kind = type(obj)
+            named = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+            return f"{kind.__module__}.{kind.__qualname__}|{getattr(obj, '__module__', None)}|{named}"
+        except Exception:
+            return "?"
+
+    def spaces():
+        modules = ["builtins", "math", "operator", "torch", "torch.nn.functional", "torch.linalg", "numpy"]
+        found = [(m, vars(sys.modules[m])) for m in modules if m in sys.modules]
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            found += [("torch.Tensor", vars(torch.Tensor)), ("torch.nn.Module", vars(torch.nn.Module))]
+        return found
+
+    if ns is None:  # the reference, in a clean process
+        return {f"{m}.{a}": signature(o) for m, space in spaces() for a, o in list(space.items()) if callable(o)}
 
     def fresh(prefix, alias_library):
         """A new copy of transformer_lib.exercises from its files (the library itself live, or fresh too)."""
@@ -107,7 +148,7 @@ def _nbgrader_check(ns, calls):
                 if attr.startswith("__") or attr.startswith("check_") and attr not in names:
                     continue  # another exercise's checker: that exercise's cell looks at it
                 if isinstance(obj, types.FunctionType):
-                    if code(here) != code(obj):
+                    if code(here) != code(obj) or not isinstance(here, types.FunctionType):
                         found.append(where)
                 elif isinstance(obj, type) and obj.__module__ == name:
                     for key, value in vars(obj).items():
@@ -126,19 +167,19 @@ def _nbgrader_check(ns, calls):
             if where == "tl":
                 value = getattr(getattr(tl, "exercises", None), "CORRECT", None)
                 where = "tl.exercises.CORRECT"
-            if value != correct:
+            if type(value) is not str or value != correct:
                 found.append(where)
-        # 3. library functions replaced by code written in the notebook
-        modules = ["builtins", "math", "operator", "torch", "torch.nn.functional", "torch.linalg", "numpy"]
-        spaces = [(m, vars(sys.modules[m])) for m in modules if m in sys.modules]
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            spaces += [("torch.Tensor", vars(torch.Tensor)), ("torch.nn.Module", vars(torch.nn.Module))]
-        for label, space in spaces:
+        # 3. library functions replaced, whatever the replacement is: notebook code (a function, a partial,
+        # an object with __call__), or another library's callable (compared with a clean process's signatures)
+        path = os.environ.get("TL_GRADING_REFERENCE", "")
+        signatures = json.load(open(path)) if path and os.path.exists(path) else {}
+        for label, space in spaces():
             for attr, obj in list(space.items()):
-                filename = getattr(code(obj), "co_filename", "") if isinstance(obj, types.FunctionType) else ""
-                if "ipykernel_" in filename or filename.startswith("<"):
-                    found.append(f"{label}.{attr} (with notebook code)")
+                where = f"{label}.{attr}"
+                if notebook_made(obj):
+                    found.append(f"{where} (with notebook code)")
+                elif where in signatures and callable(obj) and signature(obj) != signatures[where]:
+                    found.append(f"{where} (with {signature(obj).rsplit('|', 1)[-1]})")
         if found:
             raise AssertionError(
                 f"{TAMPERED}: this notebook replaced {', '.join(sorted(set(found)))}. The exercise gets no points "
@@ -314,15 +355,18 @@ def _api(course: Path, timeout: int | None = None):
     if timeout:
         config.Execute.timeout = timeout
         config.Execute.timeout_func = functools.partial(_cell_timeout, answers=timeout)
+    config.Autograde.autograde_preprocessors = grading_guard.preprocessors()  # dead kernels, long outputs
     coursedir = CourseDirectory(config=config)
     coursedir.root = str(course.resolve())
     return NbGraderAPI(coursedir=coursedir, config=config)
 
 
 def _failure(result: dict) -> str:
-    """The last line of an nbgrader API call's error (the traceback's exception)."""
-    lines = (result.get("error") or result.get("log") or "unknown error").strip().splitlines()
-    return lines[-1] if lines else "unknown error"
+    """The cause of an nbgrader API call's failure: the last `SomeError: ...` line of its error or log."""
+    text = "\n".join(filter(None, [result.get("log"), result.get("error")])) or "unknown error"
+    causes = re.findall(r"^\s*(\w*(?:Error|Exception|Exit)\b.*)$", text, flags=re.M)
+    lines = text.strip().splitlines()
+    return (causes or lines or ["unknown error"])[-1].strip()[:300]
 
 
 def _chapters(selected: list[str] | None) -> list[Path]:
@@ -383,26 +427,76 @@ def _outcome(cell) -> tuple[str, bool]:
     error = errors[-1]
     if error.ename == "CellTimeoutError":
         return "The cell ran past the time limit and was stopped (an endless loop?).", False
+    if error.ename in (grading_guard.DEAD, grading_guard.NOT_RUN):
+        return f"Not graded: {error.evalue}.", False
     hint = f"{error.evalue}" if error.ename == "AssertionError" else f"{error.ename}: {error.evalue}"
     return hint, TAMPERED in error.evalue
 
 
+def _constant_text(node) -> str | None:
+    """The string a name expression always has ('check_' + 'mask', f'check_{"mask"}'), or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _constant_text(node.left), _constant_text(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_constant_text(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
+        return "".join(parts) if None not in parts else None
+    return None
+
+
+def _assigned_names(tree) -> list[tuple[str, int]]:
+    """Every name a piece of code binds or replaces, with its line: assignments, definitions, setattr, imports."""
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.NamedExpr | ast.For):
+            targets = [node.target]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.append((node.name, node.lineno))
+        elif isinstance(node, ast.Import | ast.ImportFrom):  # only a rename binds something else to the name
+            found += [(a.asname, node.lineno) for a in node.names if a.asname and a.asname != a.name]
+        elif isinstance(node, ast.Call) and len(node.args) >= 2:
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in ("setattr", "__setattr__"):
+                text = _constant_text(node.args[1])
+                if text is not None:
+                    found.append((text, node.lineno))
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Name):
+                    found.append((part.id, node.lineno))
+                elif isinstance(part, ast.Attribute):
+                    found.append((part.attr, node.lineno))
+                elif isinstance(part, ast.Subscript) and _constant_text(part.slice) is not None:
+                    found.append((_constant_text(part.slice), node.lineno))  # vars(E)["check_x"] = ...
+    return found
+
+
 def _static_findings(nb, checker_names: set[str]) -> list[tuple[str, str]]:
-    """What the student's own cells assign to a checker or CORRECT, read from the file: (target, line)."""
+    """What the student's own cells replace of the checkers or CORRECT, read from the file: (target, line).
+
+    Read from the syntax tree: `setattr(E, 'check_' + 'mask', lambda *a: E.CORRECT)` replaces check_mask
+    only (reading CORRECT replaces nothing). A name that is computed at run time is left to the hidden check.
+    """
     found = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code" or meta.get("locked") or meta.get("grade"):
             continue  # read-only and graded cells were restored from the gradebook
-        for line in cell.source.splitlines():
-            assigned = re.match(r"\s*([\w.\[\]'\"]+)\s*(=|:=)(?!=)", line)
-            targets = assigned.group(1) if assigned else ""
-            if "setattr(" in line or re.match(r"\s*def check_", line):
-                targets = line
-            for name in set(re.findall(r"check_\w+", targets)) & checker_names:
-                found.append((name, line.strip()))
-            if re.search(r"\bCORRECT\b|\b_common\b", targets):
-                found.append(("CORRECT", line.strip()))
+        source = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.split("\n"))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue  # it cannot run either
+        lines = cell.source.split("\n")
+        for name, lineno in _assigned_names(tree):
+            target = "CORRECT" if name in ("CORRECT", "_common") else name
+            if target in checker_names or target == "CORRECT":
+                found.append((target, lines[lineno - 1].strip()))
     return found
 
 
@@ -421,12 +515,37 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
         for student in students:
             if not any(s.id == student for s in gb.students):
                 gb.add_student(student)
-    for assignment in assignments:
-        for student in students:
-            if (student, assignment) not in problems:
-                done = api.autograde(assignment, student, force=True, create=True)
+    # each submission in its own private course, with its own copy of the package, under watch (grading_guard)
+    guard = grading_guard.Guard(course, submissions, _reference_signatures())
+    wrote, notes = {}, {}
+    try:
+        for assignment in assignments:
+            for student in students:
+                if (student, assignment) in problems:
+                    continue
+                result = guard.autograde(lambda folder: _api(folder, timeout), assignment, student)
+                done, wrote[student, assignment] = result["done"], result["wrote"]
+                if wrote[student, assignment]:
+                    print(
+                        f"{student} {assignment}: FLAGGED, wrote to {', '.join(wrote[student, assignment])} "
+                        "(put back as it was)",
+                        file=sys.stderr,
+                    )
                 if not done["success"]:
                     problems[student, assignment] = f"nbgrader could not grade it ({_failure(done)})"
+                    print(f"{student} {assignment}: {problems[student, assignment]}", file=sys.stderr)
+                    continue
+                path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
+                died = grading_guard.dead_kernel(nbformat.read(path, as_version=4))
+                if died:
+                    notes[student, assignment] = _died_note(course / "source" / assignment, *died)
+                    print(
+                        f"{student} {assignment}: {notes[student, assignment]} (DeadKernelError: the kernel "
+                        "process ended; an os._exit, a crash or memory)",
+                        file=sys.stderr,
+                    )
+    finally:
+        guard.close()
     rows = []
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for assignment in assignments:
@@ -437,6 +556,7 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                 row = {"student_id": student, "assignment": assignment, "score": 0.0}
                 row["max_score"] = sum(float(g["points"]) for g in graded)
                 row["flagged"], row["error"], hints = "", problems.get((student, assignment), ""), {}
+                row["note"] = notes.get((student, assignment), "")
                 path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
                 if not row["error"] and path.exists():
                     nb = nbformat.read(path, as_version=4)
@@ -467,6 +587,18 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                         row[answer_id] = points
                         row["score"] += points
                         hints[answer_id] = (points, float(meta["points"]), hint, tampered)
+                    written = wrote.get((student, assignment))
+                    if written:  # it wrote to the grader's files: nothing it did is trusted, every exercise is 0
+                        hint = f"{TAMPERED}: the notebook wrote to {', '.join(written)} (put back as it was)"
+                        for meta in graded:
+                            answer_id = meta["grade_id"].removesuffix("_check")
+                            g = gb.find_grade(meta["grade_id"], assignment, assignment, student)
+                            g.manual_score, g.needs_manual_grade = 0.0, True
+                            _comment(gb, answer_id, assignment, student, hint)
+                            row["score"] -= row[answer_id]
+                            row[answer_id] = 0.0
+                            hints[answer_id] = (0.0, float(meta["points"]), hint, True)
+                        flags = sorted(set(flags) | {"wrote " + ", ".join(written)})
                     gb.db.commit()
                     row["flagged"] = "TAMPERED: " + " ".join(flags) if flags else ""
                 else:
@@ -482,6 +614,33 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         CsvExportPlugin(to=str(course / "grades.csv")).export(gb)  # nbgrader's own export
     return rows
+
+
+def _died_note(source: Path, index: int, first_line: str) -> str:
+    """Where the kernel died, as a student reads it: the exercise and the cell's first line."""
+    nb = nbformat.read(next(source.glob("*.ipynb")), as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    number = re.match(r"ex(\d+)_", ids[index]) if index < len(ids) else None
+    if number is None:  # a cell of the chapter's or the student's own: name the next exercise
+        later = [re.match(r"ex(\d+)_", i) for i in ids[index:]]
+        number = next((m for m in later if m), None)
+        where = f"before exercise {number.group(1)}" if number else "after the last exercise"
+    else:
+        where = f"at exercise {number.group(1)}"
+    return f"the kernel died {where}, in the cell that starts `{first_line}`; the cells after it were not run"
+
+
+def _reference_signatures() -> dict[str, str]:
+    """The library callables that the hidden check compares, as a clean kernel with the package imported has them."""
+    import nbclient
+
+    source = (
+        f"{_GUARD}\n\nimport json, math, operator, numpy, torch, torch.nn.functional, torch.linalg\n"
+        "import transformer_lib, transformer_lib.exercises\nprint(json.dumps(_nbgrader_check(None, None)))"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    return json.loads("".join(o.get("text", "") for o in nb.cells[0].outputs if o.output_type == "stream"))
 
 
 def _checker_of(source, grade_id: str) -> str:
@@ -504,10 +663,17 @@ def _comment(gb, answer_id: str, assignment: str, student: str, text: str) -> No
 def _feedback(course: Path, student: str, assignment: str, row: dict, hints: dict) -> None:
     lines = [f"# Feedback on {assignment} for {student}", ""]
     lines.append(f"**Score: {row['score']:g} / {row['max_score']:g}**")
-    if row["error"]:
+    if row["error"].startswith(("not a readable notebook", "no submission")):
         lines += ["", f"**Not graded: {row['error']}.** Please check the file you handed in and ask your instructor."]
+    elif row["error"]:
+        lines += ["", f"**Not graded: {row['error']}.** Your instructor has the details."]
+    if row.get("note"):
+        lines += ["", f"**Note:** {row['note']}. The exercises before it were graded."]
     if row["flagged"]:
-        flagged = "this notebook replaced a checker or `CORRECT`; those exercises get no points"
+        flagged = (
+            "this notebook replaced a checker, `CORRECT` or a library function, or wrote to the grader's files; "
+            "those exercises get no points"
+        )
         lines += ["", f"**Flagged for your instructor:** {flagged} ({row['flagged']})."]
     if hints:
         lines += ["", "| exercise | points | checker says |", "|---|---|---|"]
@@ -520,7 +686,7 @@ def _feedback(course: Path, student: str, assignment: str, row: dict, hints: dic
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    fields = ["student_id", "assignment", "score", "max_score", "flagged", "error"]
+    fields = ["student_id", "assignment", "score", "max_score", "flagged", "error", "note"]
     fields += sorted({k for r in rows for k in r if k not in fields and not k.startswith("_")})
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -552,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = grade(args.course, args.submissions, args.timeout)
     for row in sorted(rows, key=lambda r: (r["assignment"], r["student_id"])):
-        note = " ".join(x for x in (row["flagged"], row["error"]) if x)
+        note = " ".join(x for x in (row["flagged"], row["error"], row["note"]) if x)
         print(f"{row['assignment']}  {row['student_id']:<20} {row['score']:g} / {row['max_score']:g}  {note}")
     print(
         f"wrote {args.course / 'grades.csv'}, {args.course / 'grades_by_exercise.csv'} and {args.course / 'feedback'}"

@@ -10,7 +10,8 @@ On the lab machine, with the folder copied there as `wheelhouse/` (book/instruct
 transformer_lib's own wheel is built from a copy of the package (pyproject.toml, README.md and
 transformer_lib/, checkpoints and texts included), so no build/ folder or egg-info lands in the
 checkout. Then `pip download` fetches the wheels of everything its `book` extra needs, pinned by
-constraints.txt, as CI tests them (torch is the CPU build of the pinned version). A dependency that
+constraints.txt, as CI tests them. torch is the build that tools/torch_index.py picks: the CPU build on a
+machine without an NVIDIA GPU (a CPU lab's), or the one TORCH_BACKEND names (cuda, cu126, ...). A dependency that
 the registry has only as source is built into a wheel here, so the lab machine builds nothing.
 Wheels fit one Python version and platform: prepare on the same ones as the lab machines have.
 """
@@ -18,11 +19,15 @@ Wheels fit one Python version and platform: prepare on the same ones as the lab 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import torch_index
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
@@ -60,7 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out, ignore_errors=True)  # no wheel left over from an older pin
     out.mkdir(parents=True)
     package = build_package(out)
-    _pip("download", "--quiet", "--dest", str(out), "--constraint", str(CONSTRAINTS), f"{package}[{EXTRA}]")
+    backend = os.environ.get("TORCH_BACKEND", "auto")
+    torch_args = torch_index.pip_arguments(
+        backend,
+        system=platform.system(),
+        gpu=backend.strip().lower() == "auto" and torch_index.has_nvidia_gpu(),
+        sources=torch_index.pip_sources(),
+        version=torch_index.pinned_version(CONSTRAINTS),
+    )
+    pins = ["--constraint", str(CONSTRAINTS), *torch_args]
+    _pip("download", "--quiet", "--dest", str(out), *pins, f"{package}[{EXTRA}]")
     for sdist in sorted([*out.glob("*.tar.gz"), *out.glob("*.zip")]):  # published as source only: build it here
         _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(sdist))
         sdist.unlink()

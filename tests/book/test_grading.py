@@ -2,12 +2,15 @@
 
 The submissions are written here from the student release: the chapter's own solutions (from the
 instructor's assignment), classic mistakes, a syntax error, an endless loop, deleted, reordered and
-edited cells, a file that is not a notebook, and three ways of replacing a checker or CORRECT.
+edited cells, a file that is not a notebook, three ways of replacing a checker or CORRECT, a callable
+object in place of torch.equal, one checker replaced by setattr, a kernel that dies, a 50 MB print, and
+a student graded first who writes to the checkers, the package, the gradebook and another student's work.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import nbformat
 import pytest
 
 import grading
+import grading_guard
 
 CHAPTER = "00_template"
 TIMEOUT = 10  # seconds per cell while grading; the template's cells take well under one
@@ -104,7 +108,60 @@ def _class(course: Path, out: Path) -> dict[str, dict[str, float]]:
         "torch.equal = lambda a, b: True\n"
     )
     submit("redefines_in_namespace", dict.fromkeys(ids.values(), 0.0), answers={second: solved[second].source + own})
+
+    # graded first (by name): makes its own copy of the checkers always say Correct, writes to the real
+    # package's files, breaks the gradebook, hands in a full marks notebook for all_stubs and adds a student
+    course_dir, package, other = course.resolve(), grading_guard.package_dir(), out.resolve() / "all_stubs"
+    full_marks = out.resolve() / "all_correct" / f"{CHAPTER}.ipynb"
+    collected = course_dir / "submitted" / "all_stubs" / CHAPTER / f"{CHAPTER}.ipynb"
+    vandal = f"""
+import pathlib, shutil
+import transformer_lib.exercises.ch00_template as ch
+with open(ch.__file__, "a") as f:  # the kernel's own copy: every checker after this says Correct
+    f.write("\\nfor _n in __all__:\\n    globals()[_n] = lambda *a, **k: CORRECT\\n")
+with open(tl.__file__, "a") as f:
+    f.write("\\nexercises = None\\n")
+for real in [{str(package / "exercises" / "ch00_template.py")!r}, {str(package / "__init__.py")!r}]:
+    with open(real, "a") as f:  # a comment: the real files must come back byte for byte
+        f.write("\\n# a student was here\\n")
+pathlib.Path({str(course_dir / "gradebook.db")!r}).write_bytes(b"not a gradebook")
+full = {str(full_marks)!r}
+for theirs in [{str(other / f"{CHAPTER}.ipynb")!r}, {str(collected)!r}]:
+    shutil.copy(full, theirs)
+ghost = pathlib.Path({str(out.resolve() / "zz_ghost")!r})
+ghost.mkdir()
+shutil.copy(full, ghost / "{CHAPTER}.ipynb")
+"""
+    submit("aa_writes_files", dict.fromkeys(ids.values(), 0.0), answers={first: vandal + solved[first].source})
+
+    # torch.equal replaced by an object with __call__, to let two wrong answers through: every check after it
+    patch = "\n\nclass Yes:\n    def __call__(self, *a, **k):\n        return True\n\n\ntorch.equal = Yes()\n"
+    wrong = {n: _body(_answers(release)[n], WRONG[n]) for n in WRONG}
+    wrong[first] = patch + wrong[first]
+    submit("callable_patch", dict.fromkeys(ids.values(), 0.0), answers=wrong)
+
+    # one checker replaced by setattr, with a name built at run time: that exercise only is flagged
+    one = "\n\nE = tl.exercises\nsetattr(E, 'check_' + 'future_mask', lambda *a, **k: E.CORRECT)\n"
+    submit("one_checker_setattr", {ids[first]: 0.0}, answers={first: wrong[first].replace(patch, "") + one})
+
+    # the kernel dies in the third answer: the first two are graded
+    dies = "    import os\n\n    os._exit(0)"
+    submit("kernel_dies", {ids[third]: 0.0, ids[fourth]: 0.0}, answers={third: _body(_answers(release)[third], dies)})
+
+    # 50 MB printed by a correct answer: kept as a bounded head and tail
+    flood = "\n\nfor _ in range(50_000):\n    print('x' * 999)\n"
+    submit("prints_50mb", {}, answers={second: solved[second].source + flood})
     return expected
+
+
+def _digest(roots: list[Path]) -> dict[str, str]:
+    """Every file under the roots, by path: its sha256."""
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def _rows(course: Path) -> dict[str, dict[str, str]]:
@@ -123,8 +180,17 @@ def test_a_simulated_class_is_graded_exactly(tmp_path):
     assert "BEGIN SOLUTION" not in text and "HIDDEN" not in text and "solution_" not in text  # nothing leaks
     expected = _class(course, submissions)
     assert len(expected) >= 8
+    package = grading_guard.package_dir()
+    untouched = [package, submissions, Path(grading.__file__).parent, course / "source", course / "release"]
+    before = _digest(untouched)
+    saved = {p: Path(p).read_bytes() for p in before if str(package) in p}  # the checkout, whatever happens
 
-    grading.grade(course, submissions)
+    try:
+        grading.grade(course, submissions)
+        assert _digest(untouched) == before, "grading left a file changed"
+    finally:
+        for path, data in saved.items():
+            Path(path).write_bytes(data)
     first = (course / "grades_by_exercise.csv").read_text()
     rows = _rows(course)
     assert set(rows) == set(expected), "every student is graded"
@@ -135,7 +201,28 @@ def test_a_simulated_class_is_graded_exactly(tmp_path):
     assert rows["corrupted"]["error"].startswith("not a readable notebook"), rows["corrupted"]
     assert all(not rows[s]["error"] for s in expected if s != "corrupted")
     flagged = {s for s in expected if rows[s]["flagged"]}
-    assert flagged == {"replaces_checker", "replaces_correct", "redefines_in_namespace"}, flagged
+    assert flagged == {
+        "replaces_checker",
+        "replaces_correct",
+        "redefines_in_namespace",
+        "aa_writes_files",
+        "callable_patch",
+        "one_checker_setattr",
+    }, flagged
+    first_id = _first_id(course)
+    assert rows["one_checker_setattr"]["flagged"] == f"TAMPERED: {first_id}", rows["one_checker_setattr"]
+    writes = rows["aa_writes_files"]["flagged"]
+    for written in ["ch00_template.py", "__init__.py", "gradebook.db", "all_stubs", "zz_ghost", "lib/transformer_lib"]:
+        assert written in writes, (written, writes)
+    assert "Yes" in rows["callable_patch"]["flagged"] or "torch.equal" in _feedback(course, "callable_patch")
+    assert "kernel died at exercise 3" in rows["kernel_dies"]["note"], rows["kernel_dies"]
+    assert "check_cached_rows" in rows["kernel_dies"]["note"]  # the checker cell, which ran the answer
+    assert not (submissions / "zz_ghost").exists()
+    graded = course / "autograded" / "prints_50mb" / CHAPTER / f"{CHAPTER}.ipynb"
+    assert graded.stat().st_size < 1_000_000, graded.stat().st_size
+    assert "cut by the grader" in graded.read_text()
+    html = course / "feedback" / "prints_50mb" / CHAPTER / f"{CHAPTER}.html"
+    assert html.stat().st_size < 2_000_000 and "cut by the grader" in html.read_text()
 
     # the grader's own gradebook holds the same scores, and the flagged cells are marked for review
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -150,7 +237,7 @@ def test_a_simulated_class_is_graded_exactly(tmp_path):
 
     # feedback: each checker's hint, the time limit, the flag, the clear error
     def feedback(student):
-        return (course / "feedback" / student / CHAPTER / "feedback.md").read_text()
+        return _feedback(course, student)
 
     assert feedback("all_correct").count("Correct!") == len(expected["all_correct"])
     assert "this is the allowed mask" in feedback("classic_mistakes").lower() or "allowed" in feedback(
@@ -161,9 +248,21 @@ def test_a_simulated_class_is_graded_exactly(tmp_path):
     assert "TAMPERED" in feedback("replaces_checker") and "Flagged" in feedback("replaces_checker")
     assert "not a readable notebook" in feedback("corrupted")
     assert (course / "feedback" / "all_correct" / CHAPTER / f"{CHAPTER}.html").exists()
+    assert "kernel died at exercise 3" in feedback("kernel_dies") and "please check the file" not in feedback(
+        "kernel_dies"
+    )
 
-    grading.grade(course, submissions)  # graded again: the same grades
+    try:
+        grading.grade(course, submissions)  # graded again: the same grades, and still nothing changed
+        assert _digest(untouched) == before, "grading left a file changed"
+    finally:
+        for path, data in saved.items():
+            Path(path).write_bytes(data)
     assert (course / "grades_by_exercise.csv").read_text() == first
+
+
+def _feedback(course: Path, student: str) -> str:
+    return (course / "feedback" / student / CHAPTER / "feedback.md").read_text()
 
 
 def _first_id(course: Path) -> str:
