@@ -31,6 +31,7 @@ help:
 	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
 	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
 	@echo "make lock      re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
+	@echo "               (installs take torch's CPU build on Linux without a GPU; TORCH_BACKEND=cuda|cu126|cpu to choose)"
 
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 	$(PYTHON) -m venv $(VENV)

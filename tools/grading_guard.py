@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import sysconfig
 import tempfile
 from functools import cache
@@ -52,26 +53,32 @@ def package_dir() -> Path:
 
 
 def _walk(root: Path):
+    """The regular files under root (root itself if it is one), Python's caches left out: (path, lstat)."""
     if root.is_file():
-        yield root
+        yield str(root), root.lstat()
         return
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and not IGNORED & set(path.relative_to(root).parts):
-            yield path
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in IGNORED]
+        for name in files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                yield path, st
 
 
 def fingerprint(roots: list[Path]) -> dict[str, tuple[int, int, int, int]]:
     """Every file under the roots, by path: (size, mtime, ctime, inode). Any write changes ctime."""
-    found = {}
-    for root in roots:
-        for path in _walk(root) if root.exists() else ():
-            st = path.stat()
-            found[str(path)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    return found
+    return {
+        path: (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        for root in roots
+        if root.exists()
+        for path, st in _walk(root)
+    }
 
 
 def _folders(roots: list[Path]) -> set[str]:
-    return {str(p) for root in roots if root.is_dir() for p in root.rglob("*") if p.is_dir() and not p.is_symlink()}
+    walks = [os.walk(root) for root in roots if root.is_dir()]
+    return {os.path.join(folder, d) for walk in walks for folder, dirs, _ in walk for d in dirs}
 
 
 def changed(before: dict, after: dict) -> list[str]:
@@ -266,8 +273,8 @@ class Guard:
         """Grade one submission in its private course; what nbgrader said and what the kernel wrote."""
         here = self._private_course(assignment, student)
         private = [here / "lib", here / "reference.json"]
-        saved = {p: Path(p).read_bytes() for p in fingerprint(self.watched)}  # to put back what a kernel changes
         before, mine, folders = fingerprint(self.watched), fingerprint(private), _folders(self.watched)
+        saved = {p: Path(p).read_bytes() for p in before}  # to put back what the kernel changes
         path = os.pathsep.join(filter(None, [str(here / "lib"), os.environ.get("PYTHONPATH")]))
         with environ(PYTHONPATH=path, TL_GRADING_REFERENCE=str(here / "reference.json")):
             done = api_for(here / "course").autograde(assignment, student, force=True, create=True)

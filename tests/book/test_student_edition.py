@@ -126,3 +126,15 @@ def test_one_student_notebook_runs_top_to_bottom(edition):
     assert {ename for _, ename in errors} == {"NotYetDone"}, f"unexpected errors: {errors}"
     last = nb.cells[-1]
     assert last.cell_type == "markdown" or last.execution_count is not None, "execution did not reach the end"
+
+
+def test_the_slides_say_where_solutions_are_without_a_button_they_lack():
+    """A deck has no "Show code cell source": its exercise slide points to the website and the instructor's copy."""
+    import slides
+
+    bib = plain_notebooks.bibliography()
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        deck = slides.slide_notebook(nbformat.read(path, as_version=4), bib)
+        text = "\n".join(c.source for c in deck.cells if c.cell_type == "markdown")
+        assert "Show code" not in text and "double-click" not in text, path.name
+        assert slides.WHERE_SOLUTIONS in text, path.name
