@@ -497,7 +497,7 @@ def _static_findings(nb, checker_names: set[str]) -> list[tuple[str, str]]:
             target = "CORRECT" if name in ("CORRECT", "_common") else name
             if target in checker_names or target == "CORRECT":
                 found.append((target, lines[lineno - 1].strip()))
-    return found
+    return list(dict.fromkeys(found))  # E._common.CORRECT = ... names CORRECT twice
 
 
 def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[dict]:

@@ -270,3 +270,54 @@ def _first_id(course: Path) -> str:
     return next(
         c.metadata.nbgrader["grade_id"] for c in release.cells if c.metadata.get("nbgrader", {}).get("solution")
     )
+
+
+class _Yes:
+    def __call__(self, *args, **kwargs):
+        return True
+
+
+@pytest.mark.parametrize("kind", ["function", "callable object", "partial", "another library's builtin"])
+def test_the_hidden_check_flags_a_replaced_function_whatever_its_type(tmp_path, monkeypatch, kind):
+    """torch.equal replaced by a lambda, an object with __call__, a partial or torch.allclose: TAMPERED each time."""
+    import functools
+    import json
+
+    import torch
+
+    import transformer_lib as tl
+
+    space = {}
+    exec(grading._GUARD, space)
+    check = space["_nbgrader_check"]
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(check(None, None)))  # this process, before anything is replaced
+    monkeypatch.setenv("TL_GRADING_REFERENCE", str(reference))
+    notebook = {"tl": tl, "answer": lambda size: ~tl.causal_mask(size)}
+    calls = [("check_future_mask", ["answer"], {})]
+    check(notebook, calls)  # nothing replaced: the right answer passes
+    fake = {
+        "function": lambda a, b: True,
+        "callable object": _Yes(),
+        "partial": functools.partial(torch.allclose, atol=1e9),
+        "another library's builtin": torch.allclose,
+    }[kind]
+    monkeypatch.setattr(torch, "equal", fake)
+    with pytest.raises(AssertionError, match=r"TAMPERED: this notebook replaced torch\.equal"):
+        check(notebook, calls)
+
+
+def test_the_file_reader_flags_exactly_what_was_replaced():
+    """setattr with a built name replaces that checker; a line that reads CORRECT replaces nothing."""
+    cell = nbformat.v4.new_code_cell(
+        "E = tl.exercises\n"
+        "setattr(E, 'check_' + 'future_mask', lambda *a, **k: E.CORRECT)\n"
+        "print(E.CORRECT, tl.exercises.check_allowed_count)\n"
+        "from transformer_lib.exercises import CORRECT\n"
+        "vars(E)[f'check_{\"cached\"}_rows'] = print\n"
+        "E._common.CORRECT = 'x'\n"
+        "%time x = 1\n"
+    )
+    names = {"check_future_mask", "check_allowed_count", "check_cached_rows"}
+    found = grading._static_findings(nbformat.v4.new_notebook(cells=[cell]), names)
+    assert sorted(target for target, _ in found) == ["CORRECT", "check_cached_rows", "check_future_mask"], found
