@@ -196,7 +196,8 @@ def beam_search(
     alive, or after max_new_tokens. Finished hypotheses are ranked by log-probability divided
     by (number of generated tokens) ** length_penalty (0: no normalisation; 1: per token).
     Rows are laid out as greedy_decode's (BOS first, padding after EOS), and beam_size=1
-    gives greedy decoding.
+    gives greedy decoding. A hypothesis ends only by emitting EOS: a generated padding id is an
+    ordinary token, read as context and never masked.
     """
     _check_2d(src, "src")
     if beam_size < 1:

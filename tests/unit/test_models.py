@@ -329,3 +329,44 @@ def test_what_decoding_returns_and_leaves_behind_can_be_trained_on():
     assert not (ids.is_inference() or beams.is_inference() or logp.is_inference())
     model.train()
     tl.seq2seq_loss(model, (src, ids)).backward()
+
+
+def _random_translator(seed: int) -> tuple[tl.Transformer, torch.Tensor, int]:
+    """A small random encoder-decoder whose padding id varies, pushed in half the seeds to emit that id."""
+    g = torch.Generator().manual_seed(seed)
+    pad_id = int(torch.randint(0, 9, (), generator=g))
+    torch.manual_seed(seed)
+    model = tl.Transformer(vocab_size=9, pad_id=pad_id, d_model=16, num_heads=2, d_ff=24, num_layers=2, dropout=0.0)
+    model.eval()
+    if seed % 2:
+        with torch.no_grad():
+            model.head.bias[pad_id] += 3.0  # a half-trained model that often says "padding"
+    src = torch.randint(0, 9, (3, 5), generator=g)
+    src[1, 3:] = pad_id  # one padded source
+    return model, src, pad_id
+
+
+def test_cached_and_uncached_greedy_decoding_agree_on_many_random_models():
+    """A generated padding id is an ordinary token: the uncached path does not mask it as padding either."""
+    emitted_pad = 0
+    for seed in range(200):
+        model, src, pad_id = _random_translator(seed)
+        eos_id = (pad_id + 1) % 9
+        cached = model.greedy_decode(src, bos_id=(pad_id + 2) % 9, eos_id=eos_id, max_new_tokens=12)
+        plain = model.greedy_decode(src, bos_id=(pad_id + 2) % 9, eos_id=eos_id, max_new_tokens=12, use_cache=False)
+        assert torch.equal(cached, plain), f"seed {seed}: {cached.tolist()} vs {plain.tolist()}"
+        rows = [row[1:].tolist() for row in cached]
+        before_eos = [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
+        emitted_pad += any(pad_id in row for row in before_eos)
+    assert emitted_pad >= 50, emitted_pad  # the models did emit the padding id before their end
+
+
+def test_beam_search_of_width_one_is_greedy_decoding_even_through_a_generated_padding_id():
+    for seed in range(1, 60, 2):  # the seeds that push the padding id
+        model, src, pad_id = _random_translator(seed)
+        bos, eos = (pad_id + 2) % 9, (pad_id + 1) % 9
+        greedy = model.greedy_decode(src, bos, eos, max_new_tokens=10)
+        for row in range(src.shape[0]):
+            ids, _ = model.beam_search(src[row : row + 1], bos, eos, max_new_tokens=10, beam_size=1)
+            want = greedy[row, : ids.shape[1]]
+            assert torch.equal(ids[0], want), f"seed {seed} row {row}: {ids[0].tolist()} vs {greedy[row].tolist()}"
