@@ -59,6 +59,17 @@ def test_setup_cell_is_generated_from_the_config(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_code_cell_holds_only_a_comment(path):
+    """A cell of comments alone (a leftover placeholder) shows on the website as a stray code cell."""
+    stray = [
+        c.source
+        for c in _read(path).cells
+        if c.cell_type == "code" and all(line.strip().startswith("#") for line in c.source.splitlines() if line.strip())
+    ]
+    assert not stray, f"{path.name} has code cells that hold only comments: {stray}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_committed_with_outputs_no_errors_and_counts_in_order(path):
     nb = _read(path)
     code = [c for c in nb.cells if c.cell_type == "code"]

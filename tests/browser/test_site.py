@@ -77,6 +77,21 @@ def test_every_page_weighs_under_2_mb(site_url, request):
     assert not heavy, f"pages over 2 MB: {heavy}"
 
 
+def test_no_page_shows_a_code_cell_that_holds_only_a_comment():
+    """Read from the built pages: every code cell's text, and none that is comments alone (a placeholder)."""
+    import html as entities
+    import re
+
+    cells = re.compile(r'<div class="cell_input[^"]*"[^>]*>.*?<pre>(.*?)</pre>', re.S)
+    stray = {}
+    for path in PAGES:
+        for code in cells.findall((SITE / path).read_text()):
+            lines = [line.strip() for line in entities.unescape(re.sub(r"<[^>]+>", "", code)).splitlines()]
+            if all(line.startswith("#") for line in lines if line) and any(lines):
+                stray.setdefault(path, []).append(" ".join(lines)[:80])
+    assert not stray, f"code cells that hold only a comment: {stray}"
+
+
 def test_screenshots_of_home_and_a_notebook(page, site_url):
     ARTIFACTS.mkdir(exist_ok=True)
     for name, path in (("home", "index.html"), ("notebook", "notebooks/03_positional_encoding.html")):
