@@ -536,9 +536,10 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                     print(f"{student} {assignment}: {problems[student, assignment]}", file=sys.stderr)
                     continue
                 path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
-                died = grading_guard.dead_kernel(nbformat.read(path, as_version=4))
+                graded = nbformat.read(path, as_version=4)
+                died = grading_guard.dead_kernel(graded)
                 if died:
-                    notes[student, assignment] = _died_note(course / "source" / assignment, *died)
+                    notes[student, assignment] = _died_note(graded, *died)
                     print(
                         f"{student} {assignment}: {notes[student, assignment]} (DeadKernelError: the kernel "
                         "process ended; an os._exit, a crash or memory)",
@@ -616,10 +617,10 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
     return rows
 
 
-def _died_note(source: Path, index: int, first_line: str) -> str:
-    """Where the kernel died, as a student reads it: the exercise and the cell's first line."""
-    nb = nbformat.read(next(source.glob("*.ipynb")), as_version=4)
-    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+def _died_note(graded, index: int, first_line: str) -> str:
+    """Where the kernel died, as a student reads it: the exercise and the cell's first line (graded: the notebook
+    as it ran, in the student's order of cells)."""
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in graded.cells]
     number = re.match(r"ex(\d+)_", ids[index]) if index < len(ids) else None
     if number is None:  # a cell of the chapter's or the student's own: name the next exercise
         later = [re.match(r"ex(\d+)_", i) for i in ids[index:]]

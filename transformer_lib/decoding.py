@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from .embedding import _check_2d, check_token_ids
+from .masks import causal_mask
 
 if TYPE_CHECKING:  # the models call these functions, so this module does not import them at run time
     from .models import DecoderOnlyLM, Transformer
@@ -113,7 +114,8 @@ def generate(
     top_p the smallest set of likeliest tokens with probability at least top_p (nucleus sampling).
 
     With use_cache, earlier keys and values are kept, so each step feeds one token. rng: a
-    torch.Generator on the model's device, for samples that repeat.
+    torch.Generator on the model's device, for samples that repeat. Every generated id, the padding
+    id included, is context for the next step: the decoder-only model masks no token as padding.
     """
     _check_2d(prompt, "prompt")
     check_token_ids(prompt, model.config.vocab_size, "prompt")
@@ -147,6 +149,10 @@ def greedy_decode(
     The encoder runs once. With use_cache, each step feeds only the newest token: the decoder's
     self-attention reads earlier keys and values from a KVCache, and its cross-attention projects
     the memory's keys and values once, at the first step. The tokens are the same either way.
+
+    The model may emit any id, the padding id included: a generated token is context like any other,
+    never masked as padding. A row is finished because the loop recorded its EOS (`done`), and only
+    the positions after it are filled with pad_id.
     """
     _check_2d(src, "src")
     src_mask = model.make_src_mask(src)
@@ -160,7 +166,9 @@ def greedy_decode(
     cross_caches = model.new_cross_cache() if use_cache else None
     for _ in range(max_new_tokens):
         step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
-        logits = model.decode(step_input, memory, src_mask, caches=caches, cross_caches=cross_caches)  # (B, t, V)
+        # causal only, as with the cache: a generated pad_id is a token, not padding to hide
+        tgt_mask = None if use_cache else causal_mask(out.shape[1], device=out.device)  # (t, t)
+        logits = model.decode(step_input, memory, src_mask, tgt_mask, caches, cross_caches)  # (B, t, V)
         logits = logits[:, -1]  # (B, V)
         next_id = logits.argmax(dim=-1)  # (B,)
         next_id = next_id.masked_fill(done, model.pad_id)
@@ -241,7 +249,8 @@ def _beam_step(
     beams = torch.stack([ids for ids, _, _ in alive])  # (N, t)
     rows = [b for _, _, b in alive]  # rows[i]: the batch row hypothesis i belongs to
     scores = torch.tensor([logp for _, logp, _ in alive], device=beams.device)  # (N,)
-    logits = model.decode(beams, memory[rows], src_mask[rows])[:, -1]  # (N, V)
+    tgt_mask = causal_mask(beams.shape[1], device=beams.device)  # (t, t): a generated pad_id is a token too
+    logits = model.decode(beams, memory[rows], src_mask[rows], tgt_mask)[:, -1]  # (N, V)
     candidates = logits.log_softmax(dim=-1) + scores[:, None]  # (N, V): log-probability of each extension
     still_alive: list[_Alive] = []
     for b in dict.fromkeys(rows):  # each searching row, in order
