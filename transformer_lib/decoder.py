@@ -7,8 +7,7 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import TransformerConfig, resolve_config
-from .layers import make_norm
-from .moe import feed_forward
+from .layers import feed_forward, make_norm
 
 __all__ = ["DecoderLayer", "Decoder"]
 

@@ -1,7 +1,10 @@
 """Every decoding rule in one place: sampling (temperature, top-k, top-p), generation, greedy and beam search.
 
 The functions take the model as their first argument; `DecoderOnlyLM.generate`,
-`Transformer.greedy_decode` and `Transformer.beam_search` call them.
+`Transformer.greedy_decode` and `Transformer.beam_search` call them. This module sits below models.py
+and never imports it: a model is anything with the methods a rule calls (a decoder-only model is called
+on tokens and has `new_cache` and `config`; an encoder-decoder has `encode`, `decode`, `make_src_mask`,
+`new_cache`, `new_cross_cache` and `pad_id`).
 
     out = generate(lm, prompt, max_new_tokens=50, temperature=0.8, top_k=20)  # decoder-only
     out = greedy_decode(model, src, bos_id, eos_id, max_new_tokens=10)  # encoder-decoder
@@ -12,15 +15,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import torch
 
 from .embedding import _check_2d, check_token_ids
 from .masks import causal_mask
 
-if TYPE_CHECKING:  # the models call these functions, so this module does not import them at run time
-    from .models import DecoderOnlyLM, Transformer
+# What each rule takes, by name (models.py defines the classes; importing them here would be a cycle)
+_LanguageModel = torch.nn.Module  # a DecoderOnlyLM: tokens (B, T) -> logits (B, T, V)
+_EncoderDecoder = torch.nn.Module  # a Transformer: encode(src), decode(tgt, memory, ...)
 
 __all__ = ["nucleus", "generate", "greedy_decode", "beam_search"]
 
@@ -101,7 +105,7 @@ def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @_inference
 def generate(
-    model: DecoderOnlyLM,
+    model: _LanguageModel,
     prompt: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -142,7 +146,7 @@ def generate(
 
 @_inference
 def greedy_decode(
-    model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
+    model: _EncoderDecoder, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
 ) -> torch.Tensor:
     """src (B, S) -> (B, 1 + n) ids starting with BOS; each row stops growing after EOS (then padding).
 
@@ -189,7 +193,7 @@ _Finished = tuple[float, torch.Tensor, float]
 
 @_inference
 def beam_search(
-    model: Transformer,
+    model: _EncoderDecoder,
     src: torch.Tensor,
     bos_id: int,
     eos_id: int,
@@ -232,7 +236,7 @@ def _rank(logp: float, ids: torch.Tensor, length_penalty: float) -> float:
 
 
 def _beam_step(
-    model: Transformer,
+    model: _EncoderDecoder,
     memory: torch.Tensor,
     src_mask: torch.Tensor,
     alive: list[_Alive],

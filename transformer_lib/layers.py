@@ -1,4 +1,7 @@
-"""The position-wise feed-forward block and a from-scratch LayerNorm.
+"""The position-wise feed-forward block (dense, or routed to experts), LayerNorm and RMSNorm from scratch.
+
+The routed block (chapter 14) sits here, next to the dense one, because every layer chooses between them
+(`feed_forward`); moe.py holds what the routing is studied with: the router's logits, the balancing loss.
 
 The residual wiring around them ("add & norm", pre-LN or post-LN) is written out in each layer's
 ``forward`` (encoder.py, decoder.py), where a reader can follow it line by line.
@@ -14,7 +17,7 @@ from torch import nn
 
 from .config import TransformerConfig
 
-__all__ = ["FeedForward", "LayerNorm", "RMSNorm", "make_norm"]
+__all__ = ["FeedForward", "MoEFeedForward", "feed_forward", "LayerNorm", "RMSNorm", "make_norm"]
 
 # "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -55,6 +58,63 @@ class FeedForward(nn.Module):
         if self.linear3 is not None:
             hidden = hidden * self.linear3(x)  # SwiGLU: the activated branch gates the linear one
         return self.linear2(self.dropout(hidden))
+
+
+class MoEFeedForward(nn.Module):
+    """x (..., d_model) -> (..., d_model): each token through its top_k of num_experts feed-forward blocks."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        num_experts: int,
+        top_k: int = 2,
+        dropout: float = 0.0,
+        activation: str = "swiglu",
+        bias: bool = False,
+    ):
+        super().__init__()
+        if num_experts < 2 or not 1 <= top_k <= num_experts:
+            raise ValueError(f"need num_experts >= 2 and 1 <= top_k <= num_experts, got {num_experts} and {top_k}")
+        self.num_experts, self.top_k = num_experts, top_k
+        self.router = nn.Linear(d_model, num_experts, bias=False)  # one score per expert
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, dropout, activation, bias) for _ in range(num_experts))
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
+        """The routed block of a layer built from `config` (num_experts experts of width d_ff)."""
+        return cls(
+            config.d_model,
+            config.d_ff,
+            config.num_experts,
+            config.experts_per_token,
+            config.dropout,
+            config.activation,
+            config.bias,
+        )
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (N, d_model) -> (router logits (N, E), gates (N, k) summing to 1, chosen experts (N, k))."""
+        logits = self.router(x)  # (N, E)
+        probs = logits.float().softmax(dim=-1)  # (N, E)
+        top, chosen = probs.topk(self.top_k, dim=-1)  # (N, k) each, likeliest first
+        return logits, (top / top.sum(dim=-1, keepdim=True)).to(x.dtype), chosen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) -> (..., d_model): the gate-weighted sum of each token's chosen experts."""
+        flat = x.reshape(-1, x.shape[-1])  # (N, d_model): every token of the batch
+        _, gates, chosen = self.route(flat)
+        out = torch.zeros_like(flat)  # (N, d_model)
+        for e, expert in enumerate(self.experts):
+            token, slot = (chosen == e).nonzero(as_tuple=True)  # (n_e,) each: the tokens sent to expert e
+            if token.numel():
+                out.index_add_(0, token, expert(flat[token]) * gates[token, slot, None])  # (n_e, d_model)
+        return out.view(x.shape)
+
+
+def feed_forward(config: TransformerConfig) -> nn.Module:
+    """The feed-forward block of a layer built from `config`: routed when config.num_experts > 0, else dense."""
+    return MoEFeedForward.from_config(config) if config.num_experts else FeedForward.from_config(config)
 
 
 class LayerNorm(nn.Module):
