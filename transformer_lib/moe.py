@@ -7,9 +7,12 @@ Each expert is an ordinary `FeedForward` of width d_ff, so a token pays for top_
 the layer holds num_experts of them.
 
 Left alone, a router tends to send most tokens to a few experts. The load-balancing loss of the
-Switch Transformer (Fedus et al., 2022), which transformers' Mixtral adds to its language-model loss, is
-num_experts times the sum over experts of (the routing slots the expert got per token) times (the
-mean probability the router gave it). It is top_k when both are uniform, and at most num_experts. In use::
+Switch Transformer (Fedus et al., 2022) is num_experts times the sum over experts of (the routing slots
+the expert got per token) times (the mean probability the router gave it). It is top_k when both are
+uniform, and at most num_experts. Switch adds one such loss per layer; here, as in transformers' Mixtral,
+the router outputs of all layers are pooled into one loss.
+The routed block (`MoEFeedForward`) and the dense-or-routed choice (`feed_forward`) live in layers.py,
+so that the 2017 encoder and decoder never import this chapter's module; they are re-exported here. In use::
 
     with router_logits(model) as logits:            # every MoE layer's router output, (N, E) each
         out = model(tokens)
@@ -25,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import TransformerConfig
-from .layers import FeedForward
+from .layers import MoEFeedForward, feed_forward  # the block itself sits in layers, below the encoder and decoder
 
 __all__ = [
     "MoEFeedForward",
@@ -37,63 +39,6 @@ __all__ = [
     "expert_use",
     "moe_lm_loss",
 ]
-
-
-class MoEFeedForward(nn.Module):
-    """x (..., d_model) -> (..., d_model): each token through its top_k of num_experts feed-forward blocks."""
-
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        num_experts: int,
-        top_k: int = 2,
-        dropout: float = 0.0,
-        activation: str = "swiglu",
-        bias: bool = False,
-    ):
-        super().__init__()
-        if num_experts < 2 or not 1 <= top_k <= num_experts:
-            raise ValueError(f"need num_experts >= 2 and 1 <= top_k <= num_experts, got {num_experts} and {top_k}")
-        self.num_experts, self.top_k = num_experts, top_k
-        self.router = nn.Linear(d_model, num_experts, bias=False)  # one score per expert
-        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, dropout, activation, bias) for _ in range(num_experts))
-
-    @classmethod
-    def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
-        """The routed block of a layer built from `config` (num_experts experts of width d_ff)."""
-        return cls(
-            config.d_model,
-            config.d_ff,
-            config.num_experts,
-            config.experts_per_token,
-            config.dropout,
-            config.activation,
-            config.bias,
-        )
-
-    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (N, d_model) -> (router logits (N, E), gates (N, k) summing to 1, chosen experts (N, k))."""
-        logits = self.router(x)  # (N, E)
-        probs = logits.float().softmax(dim=-1)  # (N, E)
-        top, chosen = probs.topk(self.top_k, dim=-1)  # (N, k) each, likeliest first
-        return logits, (top / top.sum(dim=-1, keepdim=True)).to(x.dtype), chosen
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., d_model) -> (..., d_model): the gate-weighted sum of each token's chosen experts."""
-        flat = x.reshape(-1, x.shape[-1])  # (N, d_model): every token of the batch
-        _, gates, chosen = self.route(flat)
-        out = torch.zeros_like(flat)  # (N, d_model)
-        for e, expert in enumerate(self.experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)  # (n_e,) each: the tokens sent to expert e
-            if token.numel():
-                out.index_add_(0, token, expert(flat[token]) * gates[token, slot, None])  # (n_e, d_model)
-        return out.view(x.shape)
-
-
-def feed_forward(config: TransformerConfig) -> nn.Module:
-    """The feed-forward block of a layer built from `config`: routed when config.num_experts > 0, else dense."""
-    return MoEFeedForward.from_config(config) if config.num_experts else FeedForward.from_config(config)
 
 
 @contextmanager
@@ -115,7 +60,7 @@ def router_logits(model: nn.Module) -> Iterator[list[torch.Tensor]]:
 
 
 def load_balancing_loss(logits: list[torch.Tensor], top_k: int) -> torch.Tensor:
-    """The Switch Transformer's auxiliary loss over all layers' router logits, each (N, E) -> a scalar.
+    """Switch-style balancing loss, pooled over all layers' router logits as Mixtral does: (N, E) each -> a scalar.
 
     E * sum_e f_e * P_e, where f_e is the number of routing slots given to expert e divided by the
     number of tokens (so the f_e sum to top_k) and P_e the mean router probability of expert e, both

@@ -210,7 +210,7 @@ SHAKESPEARE_BLOCKS = {
     # width 256, each token through 2 of them: 2 x 256 = 512 active units, as many as the dense d_ff.
     "moe": {"num_experts": 4, "experts_per_token": 2, "d_ff": 256},
 }
-MOE_BALANCE = 0.01  # the load-balancing loss's coefficient in the "moe" recipe (the Switch Transformer's)
+MOE_BALANCE = 0.01  # the load-balancing loss's coefficient in the "moe" recipe (pooled over layers)
 
 
 def shakespeare_lm(vocab_size: int, seed: int = 0, block: str = "gpt") -> DecoderOnlyLM:
