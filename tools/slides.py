@@ -49,7 +49,9 @@ TITLE = re.compile(r"(> )?\*\*[^*\n]+\*\*|[^\n]*:")
 NBVAL = re.compile(r"^# NBVAL_[A-Z_]+\n(# why:[^\n]*\n)?")  # nbval's marker and its reason: not for a slide
 WIDGET = "application/vnd.jupyter.widget-view+json"
 # the chapters' line on where the hidden solutions are: a deck has no "Show code cell source" button
-REVEAL = re.compile(r"On the website, click \*Show code\s+cell source\*.*?double-click\s+the solution's title\.", re.S)
+SHOW_SOLUTION = re.compile(
+    r"On the website, click \*Show code\s+cell source\*.*?double-click\s+the solution's title\.", re.S
+)
 WHERE_SOLUTIONS = (
     "The solutions are not on the slides. They are on the chapter's page of the website, under each "
     "exercise, and in the instructor's copy of the assignment (`course/source/`, from `make assignment`)."
@@ -245,7 +247,7 @@ def slide_notebook(nb, bib: dict[str, tuple[str, str]]):
     cells, used = [], 0
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = REVEAL.sub(WHERE_SOLUTIONS, SOLUTION_DETAILS.sub("", cell.source))
+            cell.source = SHOW_SOLUTION.sub(WHERE_SOLUTIONS, SOLUTION_DETAILS.sub("", cell.source))
             parts = _split(cell) if cell.source.strip() else []
         else:
             tags = set(cell.metadata.get("tags", []))
