@@ -16,15 +16,20 @@ visible part is the chapter's cell, so a student sees the hint while working. It
 back by nbgrader when it grades) does not trust the notebook: it imports the checkers afresh from
 their files, calls the same checker on the same arguments as the visible cell, and compares every
 checker, `CORRECT` and library function the notebook could reach with that fresh copy. If the
-notebook replaced one (a `check_*`, `CORRECT`, a function of transformer_lib, or a torch or builtin
-function replaced by notebook code), the exercise gets no points and the cell says TAMPERED.
+notebook replaced one (a `check_*`, `CORRECT`, a function of transformer_lib, or a torch, math, numpy
+or builtin callable, by anything: a function, a callable object, a partial, another library's function),
+the exercise gets no points and the cell says TAMPERED.
 
 `grade` collects SUBMISSIONS/<student>/NN_name.ipynb (or SUBMISSIONS/<student>/NN_name/NN_name.ipynb)
-into submitted/, runs `nbgrader autograde` (read-only cells are restored from the gradebook, a missing
-checker cell is added back, each cell has --timeout seconds), flags tampering in the gradebook
+into submitted/, runs `nbgrader autograde` on each one in isolation (grading_guard.py: a private course
+and package copy per submission, and anything it writes to the course, the package, the submissions or
+tools/ put back and flagged; read-only cells are restored from the gradebook, a missing checker cell is
+added back, each cell has --timeout seconds, a dead kernel costs only the cells after it, long outputs
+are cut to a head and a tail), flags tampering in the gradebook
 (the checker cell is marked for manual grading and the answer cell gets a comment), then writes
 - grades.csv: nbgrader's own export (one row per student and assignment);
-- grades_by_exercise.csv: points per exercise, the flag and any error, one row per student and assignment;
+- grades_by_exercise.csv: points per exercise, the flag, any error and a note (where a kernel died), one row
+  per student and assignment;
 - feedback/<student>/<assignment>/: nbgrader's HTML feedback and feedback.md, each checker's hint.
 A submission that is not a notebook gets a clear error in both CSVs and its feedback; the others are graded.
 """
