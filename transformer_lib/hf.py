@@ -25,6 +25,7 @@ from torch import nn
 
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
+from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
 
 __all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config", "gptj_config", "mixtral_config", "with_rotary_layout"]
 
@@ -361,39 +362,6 @@ def _to_gptj(ours: DecoderOnlyLM) -> nn.Module:
     hf = GPTJForCausalLM(hf_config)
     hf.load_state_dict({b: mine[a] for a, b in _gptj_names(cfg.num_layers)})
     return hf.eval()
-
-
-def with_rotary_layout(model: DecoderOnlyLM, layout: str) -> DecoderOnlyLM:
-    """A copy of a rotary `model` in the other pairing of its rotary dimensions, computing the same function.
-
-    Each head's query and key rows are reordered by `rotary_permutation`, so that the pair a row
-    belonged to sits where `layout` expects it; values, outputs and everything else are unchanged.
-    Loading interleaved weights (Meta's original Llama, GPT-J) into a rotate-half model without
-    this reordering is the classic mistake: it runs, and gives other logits.
-    """
-    import copy
-
-    from .positional import ROTARY_LAYOUTS, rotary_permutation
-
-    if not isinstance(model, DecoderOnlyLM) or model.config.positional != "rope":
-        raise TypeError("with_rotary_layout takes a DecoderOnlyLM with rotary positions (positional='rope')")
-    if layout not in ROTARY_LAYOUTS:
-        raise ValueError(f"layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
-    cfg = model.config
-    twin = DecoderOnlyLM(cfg.replace(rotary_layout=layout))
-    twin.load_state_dict(copy.deepcopy(model.state_dict()))
-    if layout == cfg.rotary_layout:
-        return twin.eval()
-    order = rotary_permutation(cfg.d_k, cfg.rotary_dim, to=layout)  # (d_k,): new row j is old row order[j]
-    with torch.no_grad():
-        for layer in twin.decoder.layers:
-            attn = layer.self_attn
-            for proj, heads in ((attn.q_proj, attn.num_heads), (attn.k_proj, attn.num_kv_heads)):
-                rows = (torch.arange(heads)[:, None] * cfg.d_k + order).flatten()  # (heads * d_k,)
-                proj.weight.copy_(proj.weight[rows])
-                if proj.bias is not None:
-                    proj.bias.copy_(proj.bias[rows])
-    return twin.eval()
 
 
 def to_hf(ours: DecoderOnlyLM) -> nn.Module:

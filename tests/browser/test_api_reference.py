@@ -17,6 +17,6 @@ def test_every_public_name_has_an_entry():
     # "module.Name", "module.Class.method", "exercises.ch04_attention.check_attention": a public name is
     # documented when it is an object of a documented module, or the (sub)package itself
     documented = {part for i in ids for part in i.split(".")}
-    missing = sorted(name for name in tl.__all__ if name not in documented)
+    missing = sorted(name for name in [*tl.__all__, *tl.viz.__all__] if name not in documented)
     assert not missing, f"public names without an API entry: {missing}"
     assert "(B, num_heads, T_q, T_k)" in page.read_text() or "(B, h, T_q, T_k)" in page.read_text()

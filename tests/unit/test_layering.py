@@ -27,7 +27,7 @@ CORE = [
     "tasks",
     "training",
 ]
-LATER = ["moe", "lora", "quantization", "inside", "hf", "export", "recipes", "exercises", "viz"]
+LATER = ["moe", "lora", "quantization", "inside", "surgery", "hf", "export", "recipes", "exercises", "viz"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -75,3 +75,33 @@ def test_the_reader_sees_relative_imports():
     """The test above can fail: it finds the imports a module really has."""
     assert {"layers", "attention", "config"} <= _graph()["encoder"]
     assert "layers" in _graph()["moe"]
+
+
+def test_importing_the_package_loads_neither_the_figures_nor_the_checkers():
+    """`import transformer_lib` stays light: viz (with matplotlib's pyplot) and exercises load on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, transformer_lib as tl\n"
+        "print(sorted(m for m in ('transformer_lib.viz', 'transformer_lib.exercises', 'matplotlib.pyplot') "
+        "if m in sys.modules))\n"
+        "tl.exercises.CORRECT, tl.NotYetDone\n"
+        "print('transformer_lib.exercises' in sys.modules, 'transformer_lib.viz' in sys.modules)\n"
+        "tl.plot_mask\n"
+        "print('transformer_lib.viz' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:3] == ["[]", "True False", "True"]
+
+
+def test_the_root_names_are_the_modules_own_lists():
+    import importlib
+
+    import transformer_lib as tl
+
+    for module in tl._ROOT:
+        names = importlib.import_module(f"transformer_lib.{module}").__all__
+        assert set(names) <= set(tl.__all__), module
+        assert all(getattr(tl, n) is getattr(importlib.import_module(f"transformer_lib.{module}"), n) for n in names)
+    assert len(tl.__all__) == len(set(tl.__all__)), "a name exported by two modules"

@@ -236,8 +236,11 @@ def test_distribution_draws_one_bar_per_class_at_its_probability():
         viz.plot_distribution(probs, labels=list("abc"))
 
 
-def test_every_figure_the_package_exports_is_public_in_viz():
-    assert set(tl._VIZ) == set(viz.__all__)
+def test_every_figure_of_viz_is_reached_from_the_package_root():
+    assert all(getattr(tl, name) is getattr(viz, name) for name in viz.__all__)
+    assert set(viz.__all__) <= set(dir(tl))
+    with pytest.raises(AttributeError, match="no attribute 'plot_nothing'"):
+        getattr(tl, "plot_nothing")  # noqa: B009
 
 
 def test_plot_tokens_draws_one_box_per_token_and_wraps_rows():

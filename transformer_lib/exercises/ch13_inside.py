@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from .. import inside
+from .. import inside, surgery
 from ._common import CORRECT, _seeded, attempt
 from ._match import first_mistake, same, tensor_problem
 
@@ -258,60 +258,6 @@ def check_induction_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
 # ---- Exercise 3 (experiment): find the induction heads of a model ---------------------------------
 
 
-def _permuted(model: torch.nn.Module, orders: list[list[int]]) -> torch.nn.Module:
-    """A copy of a DecoderOnlyLM whose heads are renumbered in each layer: new head j is old head orders[l][j].
-
-    The model computes the same function (its logits are unchanged); only the heads' numbers move.
-    """
-    import copy
-
-    twin = copy.deepcopy(model)
-    with torch.no_grad():
-        for layer, order in zip(twin.decoder.layers, orders):
-            mha = layer.self_attn
-            rows = torch.tensor(order)[:, None] * mha.d_k + torch.arange(mha.d_k)  # (h, d_k): each head's rows
-            rows = rows.flatten()
-            for proj in (mha.q_proj, mha.k_proj, mha.v_proj):
-                proj.weight.copy_(proj.weight[rows])
-                if proj.bias is not None:
-                    proj.bias.copy_(proj.bias[rows])
-            mha.out_proj.weight.copy_(mha.out_proj.weight[:, rows])
-    return twin.eval()
-
-
-def _deeper(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of an attention-only DecoderOnlyLM with one more layer in front that writes nothing (its output
-    projection is zero): the same function, with every head one layer further down."""
-    import copy
-
-    from ..models import DecoderOnlyLM
-
-    cfg = model.config
-    with torch.random.fork_rng():
-        torch.manual_seed(32)
-        twin = DecoderOnlyLM(cfg.replace(num_layers=cfg.num_layers + 1))
-    state = copy.deepcopy(model.state_dict())
-    renamed = {}
-    for name, tensor in state.items():
-        if name.startswith("decoder.layers."):
-            i, rest = name.removeprefix("decoder.layers.").split(".", 1)
-            name = f"decoder.layers.{int(i) + 1}.{rest}"
-        renamed[name] = tensor
-    first = twin.decoder.layers[0]
-    for name, tensor in first.state_dict().items():
-        renamed[f"decoder.layers.0.{name}"] = tensor
-    twin.load_state_dict(renamed)
-    with torch.no_grad():
-        first.self_attn.out_proj.weight.zero_()
-        if first.self_attn.out_proj.bias is not None:
-            first.self_attn.out_proj.bias.zero_()
-        if first.feed_forward is not None:
-            first.feed_forward.linear2.weight.zero_()
-            if first.feed_forward.linear2.bias is not None:
-                first.feed_forward.linear2.bias.zero_()
-    return twin.eval()
-
-
 def _weakened(model: torch.nn.Module, tokens: torch.Tensor) -> torch.nn.Module | None:
     """A copy whose strongest induction head is blurred (its queries shrunk) until it scores between 0.3 and
     0.48: below the threshold, but above half the best score. None if no shrinking lands there."""
@@ -380,29 +326,30 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
     from ..models import DecoderOnlyLM
 
     model = model.eval()
+    device = next(model.parameters()).device
     cfg = model.config
     h = cfg.num_heads
     g = _seeded(31)
     vocab = cfg.vocab_size
     with torch.random.fork_rng():  # the untrained model's weights from a seed of the checker's, not the caller's
         torch.manual_seed(31)
-        untrained = DecoderOnlyLM(cfg).eval()
+        untrained = DecoderOnlyLM(cfg).to(device).eval()
     unpermuted = None
     cases = []
     for k, n in enumerate((12, 20)):
         block = torch.randint(1, vocab, (16, n), generator=g)
-        tokens = torch.cat([block, block], 1)  # (16, 2n)
+        tokens = torch.cat([block, block], 1).to(device)  # (16, 2n)
         orders = [torch.randperm(h, generator=g).tolist() for _ in model.decoder.layers]
         while any(order == sorted(order) for order in orders):  # every layer really renumbered
             orders = [torch.randperm(h, generator=g).tolist() for _ in model.decoder.layers]
-        cases.append(
-            (f"the model with its heads renumbered ({k + 1}) on blocks of {n} tokens", _permuted(model, orders), tokens)
-        )
+        renumbered = surgery.permute_heads(model, orders)
+        cases.append((f"the model with its heads renumbered ({k + 1}) on blocks of {n} tokens", renumbered, tokens))
         if k == 0:
             unpermuted = _induction_heads(model, tokens)
     cases.append(("an untrained model of the same shape on blocks of 12 tokens", untrained, cases[0][2]))
     if model.config.attention_only:
-        cases.append(("the model with one more layer in front, which writes nothing", _deeper(model), cases[1][2]))
+        deeper = surgery.prepend_layer(model, seed=32)
+        cases.append(("the model with one more layer in front, which writes nothing", deeper, cases[1][2]))
     weak = _weakened(cases[0][1], cases[0][2])
     if weak is not None:
         cases.append(("the model with one induction head blurred to a score just under 0.5", weak, cases[0][2]))
