@@ -16,22 +16,41 @@ REPORTS := _build/reports
 	execute student benchmark results lab checkpoints lock clean fresh-clone
 
 help:
-	@echo "make check     every lint check of make test and the fast unit tests: the loop while you work (< 1 min)"
-	@echo "make book      build the website into _build/html"
-	@echo "make test      everything: lint, all unit tests, notebook rules, every notebook under nbval"
-	@echo "               (twice: here and on other CPU kernels), strict book build, browser tests"
-	@echo "make execute   re-execute every notebook in place so its stored outputs are fresh, then"
-	@echo "               rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
-	@echo "make student   write the student edition (no solutions) to _build/student"
-	@echo "make slides    one reveal.js slide deck per chapter, from its notebook, to _build/slides (works offline)"
-	@echo "make wheelhouse every wheel a lab machine without internet needs, to _build/wheelhouse (book/instructors.md)"
-	@echo "make assignment each chapter's nbgrader assignment and the student release, in course/ (CHAPTERS=\"00 05\")"
-	@echo "make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb: gradebook, CSVs, feedback"
-	@echo "make benchmark print notebook times as ratios to a fixed reference, attention and KV-cache timings"
-	@echo "make results   make test and make benchmark, then write docs/results.md from their reports"
-	@echo "make lab       JupyterLab, opened on colab/ (the chapters as a learner reads them)"
-	@echo "make lock      re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
-	@echo "               (installs take torch's CPU build on Linux without a GPU; TORCH_BACKEND=cuda|cu126|cpu to choose)"
+	@echo "The two a newcomer needs:"
+	@echo "  make book         build the website into _build/html"
+	@echo "  make test         everything: lint, all unit tests, notebook rules, every notebook under nbval"
+	@echo "                    (twice: here and on other CPU kernels), strict book build, browser tests"
+	@echo "While you work:"
+	@echo "  make check        every lint check of make test and the fast unit tests (< 1 min)"
+	@echo "  make install      create .venv and install the package with its book and test extras, pinned"
+	@echo "                    (torch's CPU build on Linux without a GPU; TORCH_BACKEND=cuda|cu126|cpu to choose)"
+	@echo "  make execute      re-execute every notebook in place so its stored outputs are fresh, then"
+	@echo "                    rewrite their plain copies for Colab and GitHub (colab/, tools/plain_notebooks.py)"
+	@echo "  make lab          JupyterLab, opened on colab/ (the chapters as a learner reads them)"
+	@echo "  make clean        remove _build and the test caches"
+	@echo "  make fresh-clone  clone main into a temporary folder and run make book and make test there"
+	@echo "The stages of make test, one at a time:"
+	@echo "  make lint         ruff, the notebooks' setup cells and Colab copies, lint-js and lint-actions"
+	@echo "  make lint-js      ESLint over the playgrounds' JavaScript (needs npm)"
+	@echo "  make lint-actions actionlint over .github/workflows"
+	@echo "  make unit         tests/unit"
+	@echo "  make book-tests   tests/book: notebook rules, grading, slides, student edition, portability"
+	@echo "  make notebooks    every notebook under nbval"
+	@echo "  make notebooks-portable  the same on ATen's portable kernels, MKL at SSE4.2, one thread"
+	@echo "  make book-strict  the website built with every warning an error"
+	@echo "  make browser      tests/browser in Chromium over the strict build"
+	@echo "  make playground   the playgrounds' ONNX models and onnxruntime-web, in _build/playground (needs npm)"
+	@echo "Teaching a course:"
+	@echo "  make student      write the student edition (no solutions) to _build/student"
+	@echo "  make slides       one reveal.js slide deck per chapter, to _build/slides (works offline; needs npm)"
+	@echo "  make wheelhouse   every wheel a lab machine without internet needs, to _build/wheelhouse"
+	@echo "  make assignment   each chapter's nbgrader assignment and the student release, in course/ (CHAPTERS=\"00 05\")"
+	@echo "  make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb: gradebook, CSVs, feedback"
+	@echo "Measuring and maintaining:"
+	@echo "  make benchmark    notebook times as ratios to a fixed reference; attention, KV-cache, optimizer timings"
+	@echo "  make results      make test and make benchmark, then write docs/results.md from their reports"
+	@echo "  make checkpoints  retrain the shipped checkpoints from their recipes (transformer_lib/recipes.py)"
+	@echo "  make lock         re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
 
 $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +61,19 @@ $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The one npm guard: $(call with_npm,WHAT,FILE,COMMAND) runs COMMAND when FILE (installed from npm) is there
+# and node runs; otherwise it fails under CI=true (.ci/run installs npm), or says loudly what was skipped.
+define with_npm
+	@if [ -e $(2) ] && command -v node >/dev/null 2>&1; then \
+		$(3); \
+	elif [ "$$CI" = "true" ]; then \
+		echo "CI=true: node and npm are needed for $(1) (apt-get install nodejs npm)"; exit 1; \
+	else \
+		echo "!!! $(1) SKIPPED: npm not found, so nothing was done for it."; \
+		echo "!!! Install node and npm (apt-get install nodejs npm), then run the same make target again."; \
+	fi
+endef
 
 # The website's npm packages (axe-core for the accessibility tests), pinned by package-lock.json.
 # Without npm the accessibility tests skip loudly; under CI=true they fail (.ci/run installs npm).
@@ -55,14 +87,7 @@ $(NPM_STAMP): package.json package-lock.json
 # the rest of the book builds and the playground is skipped loudly; under CI=true that is a failure.
 PLAYGROUND := _build/playground/models/meta.json
 $(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py transformer_lib/export.py $(wildcard transformer_lib/checkpoints/*.pt)
-	@if [ -f node_modules/onnxruntime-web/dist/ort.wasm.min.mjs ]; then \
-		$(BIN)/python tools/build_playground.py; \
-	elif [ "$$CI" = "true" ]; then \
-		echo "CI=true: node and npm are needed for the playgrounds (apt-get install nodejs npm)"; exit 1; \
-	else \
-		echo "!!! PLAYGROUND SKIPPED: npm not found, so the website's playgrounds will not run."; \
-		echo "!!! Install node and npm (apt-get install nodejs npm), then run make book again."; \
-	fi
+	$(call with_npm,THE PLAYGROUNDS,node_modules/onnxruntime-web/dist/ort.wasm.min.mjs,$(BIN)/python tools/build_playground.py)
 
 playground: $(PLAYGROUND)
 
@@ -70,14 +95,7 @@ playground: $(PLAYGROUND)
 # with no warning allowed. Without npm it is skipped loudly; under CI=true that is a failure.
 .PHONY: lint-js
 lint-js: $(NPM_STAMP)
-	@if [ -x node_modules/.bin/eslint ] && command -v node >/dev/null 2>&1; then \
-		node_modules/.bin/eslint --max-warnings 0 book/_static/playground eslint.config.mjs; \
-	elif [ "$$CI" = "true" ]; then \
-		echo "CI=true: node and npm are needed to lint the JavaScript (apt-get install nodejs npm)"; exit 1; \
-	else \
-		echo "!!! JAVASCRIPT LINT SKIPPED: npm not found, so the playgrounds' JavaScript was not linted."; \
-		echo "!!! Install node and npm (apt-get install nodejs npm), then run make lint-js again."; \
-	fi
+	$(call with_npm,THE JAVASCRIPT LINT,node_modules/.bin/eslint,node_modules/.bin/eslint --max-warnings 0 book/_static/playground eslint.config.mjs)
 
 check: lint
 	$(PYTEST) tests/unit -m "not slow" -q
@@ -146,14 +164,7 @@ student: $(STAMP)
 # so the decks work offline. Without npm the decks are skipped loudly; under CI=true that is a failure.
 .PHONY: slides
 slides: $(STAMP) $(NPM_STAMP)
-	@if [ -f node_modules/reveal.js/dist/reveal.js ]; then \
-		$(BIN)/python tools/slides.py --out _build/slides; \
-	elif [ "$$CI" = "true" ]; then \
-		echo "CI=true: node and npm are needed for the slides (apt-get install nodejs npm)"; exit 1; \
-	else \
-		echo "!!! SLIDES SKIPPED: npm not found, so reveal.js is missing and no deck was written."; \
-		echo "!!! Install node and npm (apt-get install nodejs npm), then run make slides again."; \
-	fi
+	$(call with_npm,THE SLIDES,node_modules/reveal.js/dist/reveal.js,$(BIN)/python tools/slides.py --out _build/slides)
 
 # Every wheel that a lab machine without internet needs for `pip install --no-index --find-links wheelhouse
 # "transformer_lib[book]"` (book/instructors.md): the package's own wheel, built from a copy of it, and its
@@ -183,6 +194,7 @@ benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)
 	$(BIN)/python benchmarks/notebooks.py | tee $(REPORTS)/benchmark-notebooks.txt
 	$(BIN)/python benchmarks/attention.py | tee $(REPORTS)/benchmark-attention.txt
+	$(BIN)/python benchmarks/optimizer.py | tee $(REPORTS)/benchmark-optimizer.txt
 	@[ -f _build/html/book/playground/language_model.html ] || $(MAKE) --no-print-directory book
 	$(BIN)/python benchmarks/playground.py | tee $(REPORTS)/benchmark-playground.txt
 

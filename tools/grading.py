@@ -146,7 +146,9 @@ def _nbgrader_check(ns, calls):
         for name in [n for n in sys.modules if n.startswith(ref_prefix + ".")]:
             if ".exercises.ch" in name and name not in own:
                 continue  # another chapter's checkers and helpers: not this exercise's
-            live = sys.modules.get("transformer_lib" + name[len(ref_prefix) :])
+            # the live module; one the notebook has not loaded yet (exercises and viz load on first use) is
+            # imported now, from the same files as the reference
+            live = importlib.import_module("transformer_lib" + name[len(ref_prefix) :])
             for attr, obj in vars(sys.modules[name]).items():
                 here = getattr(live, attr, None)
                 where = "transformer_lib" + name[len(ref_prefix) :] + "." + attr

@@ -120,6 +120,7 @@ def benchmarks(reports: Path) -> list[str]:
     scripts = {
         "benchmark-notebooks": "Notebooks, each in a fresh kernel (benchmarks/notebooks.py)",
         "benchmark-attention": "Attention and cached decoding (benchmarks/attention.py)",
+        "benchmark-optimizer": "AdamW's first step in a fresh process (benchmarks/optimizer.py)",
         "benchmark-playground": "The language-model playground in headless Chromium (benchmarks/playground.py)",
     }
     for stem, what in scripts.items():
