@@ -134,11 +134,22 @@ def generate(
     caches = model.new_cache(capacity=total) if use_cache else None
     step_input = prompt
     for _ in range(max_new_tokens):
-        logits = model(step_input if use_cache else out, caches)[:, -1]  # (B, V)
+        # the ids were checked once, above: no wait for the device at each step
+        logits = model(step_input if use_cache else out, caches, checked=True)[:, -1]  # (B, V)
         next_id = _sample_next(logits, temperature, top_k, rng, top_p)  # (B, 1)
         out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
         step_input = next_id
     return out
+
+
+def _check_bos(model: _EncoderDecoder, bos_id: int) -> None:
+    """BOS, the first input of the decoder, must be an id of the target vocabulary: checked once, before the loop.
+
+    (An eos_id outside the vocabulary is allowed: it never comes, and decoding runs max_new_tokens.)
+    """
+    vocab = model.config.tgt_vocab_size
+    if isinstance(bos_id, bool) or not hasattr(bos_id, "__index__") or not 0 <= int(bos_id) < vocab:
+        raise ValueError(f"bos_id must be an int in [0, {vocab - 1}] (the target vocabulary), got {bos_id!r}")
 
 
 # ---- encoder-decoder: greedy decoding -----------------------------------------------------------
@@ -159,6 +170,7 @@ def greedy_decode(
     the positions after it are filled with pad_id.
     """
     _check_2d(src, "src")
+    _check_bos(model, bos_id)
     src_mask = model.make_src_mask(src)
     memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
     if bool(src_mask.all()):  # no padding in any source: cross-attention may see every key, so no mask
@@ -172,8 +184,9 @@ def greedy_decode(
         step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
         # causal only, as with the cache: a generated pad_id is a token, not padding to hide
         tgt_mask = None if use_cache else causal_mask(out.shape[1], device=out.device)  # (t, t)
-        logits = model.decode(step_input, memory, src_mask, tgt_mask, caches, cross_caches)  # (B, t, V)
-        logits = logits[:, -1]  # (B, V)
+        # checked=True: BOS was checked once, above, and every later id is the model's own choice
+        logits = model.decode(step_input, memory, src_mask, tgt_mask, caches, cross_caches, checked=True)
+        logits = logits[:, -1]  # (B, t, V) -> (B, V)
         next_id = logits.argmax(dim=-1)  # (B,)
         next_id = next_id.masked_fill(done, model.pad_id)
         out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
@@ -212,6 +225,7 @@ def beam_search(
     ordinary token, read as context and never masked.
     """
     _check_2d(src, "src")
+    _check_bos(model, bos_id)
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if max_new_tokens < 1:
@@ -254,7 +268,7 @@ def _beam_step(
     rows = [b for _, _, b in alive]  # rows[i]: the batch row hypothesis i belongs to
     scores = torch.tensor([logp for _, logp, _ in alive], device=beams.device)  # (N,)
     tgt_mask = causal_mask(beams.shape[1], device=beams.device)  # (t, t): a generated pad_id is a token too
-    logits = model.decode(beams, memory[rows], src_mask[rows], tgt_mask)[:, -1]  # (N, V)
+    logits = model.decode(beams, memory[rows], src_mask[rows], tgt_mask, checked=True)[:, -1]  # (N, V)
     candidates = logits.log_softmax(dim=-1) + scores[:, None]  # (N, V): log-probability of each extension
     still_alive: list[_Alive] = []
     for b in dict.fromkeys(rows):  # each searching row, in order

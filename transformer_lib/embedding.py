@@ -50,8 +50,14 @@ class TokenEmbedding(nn.Module):
         """The (vocab_size, d_model) lookup table."""
         return self.table.weight
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, S) integer ids -> (B, S, d_model) embeddings."""
-        check_token_ids(tokens, self.vocab_size)
+    def forward(self, tokens: torch.Tensor, *, checked: bool = False) -> torch.Tensor:
+        """(B, S) integer ids -> (B, S, d_model) embeddings.
+
+        The ids are checked first (reading their range waits for the device). `checked=True` skips
+        that, for callers that checked them already: the decoding loops check the prompt once, and
+        every later id is the model's own choice from its vocabulary.
+        """
+        if not checked:
+            check_token_ids(tokens, self.vocab_size)
         x = self.table(tokens)  # (B, S, d_model)
         return x * math.sqrt(self.d_model) if self.scale else x

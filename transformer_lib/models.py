@@ -86,12 +86,15 @@ class Transformer(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
         cross_caches: list[KVCache] | None = None,
+        *,
+        checked: bool = False,
     ) -> torch.Tensor:
         """tgt (B, T) ids, memory (B, S, d_model) -> logits (B, T, V_tgt).
 
         With caches (one KVCache per decoder layer), tgt continues the cached positions and, when
         no tgt_mask is given, each new token may attend to every earlier one and to itself.
         With cross_caches (`new_cross_cache`), the memory's keys and values are projected once.
+        checked=True: the ids were checked already (`TokenEmbedding.forward`).
         """
         _check_2d(tgt, "tgt")
         past = 0 if caches is None else caches[0].length
@@ -100,7 +103,7 @@ class Transformer(nn.Module):
         elif tgt_mask is None and tgt.shape[1] > 1:
             tgt_mask = causal_mask(past + tgt.shape[1], tgt.device)[past:]  # (T, past + T)
         # (one new token with a cache needs no mask: it may see every earlier position and itself)
-        x = self.tgt_pos(self.tgt_embed(tgt), offset=past)  # (B, T, d_model)
+        x = self.tgt_pos(self.tgt_embed(tgt, checked=checked), offset=past)  # (B, T, d_model)
         x = self.decoder(x, memory, tgt_mask, src_mask, caches, cross_caches)  # (B, T, d_model)
         return self.head(x)  # (B, T, V_tgt)
 
@@ -218,14 +221,19 @@ class DecoderOnlyLM(nn.Module):
         """One empty KVCache per layer; with a capacity, each keeps its keys and values in one preallocated buffer."""
         return [KVCache(capacity) for _ in self.decoder.layers]
 
-    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """tokens (B, T) -> logits (B, T, V). With caches, tokens continue the cached positions."""
+    def forward(
+        self, tokens: torch.Tensor, caches: list[KVCache] | None = None, *, checked: bool = False
+    ) -> torch.Tensor:
+        """tokens (B, T) -> logits (B, T, V). With caches, tokens continue the cached positions.
+
+        checked=True: the ids were checked already (`TokenEmbedding.forward`), as the decoding loops do.
+        """
         _check_2d(tokens, "tokens")
         _, T = tokens.shape
         past = 0 if caches is None else caches[0].length
         # (T, past + T): rows of the new positions; a single new position may see every key, so no mask
         mask = None if T == 1 else causal_mask(past + T, device=tokens.device)[past:]
-        x = self.pos(self.embed(tokens), offset=past)  # (B, T, d_model)
+        x = self.pos(self.embed(tokens, checked=checked), offset=past)  # (B, T, d_model)
         x = self.decoder(x, tgt_mask=mask, caches=caches)  # (B, T, d_model)
         return self.head(x)  # (B, T, V)
 

@@ -370,3 +370,31 @@ def test_beam_search_of_width_one_is_greedy_decoding_even_through_a_generated_pa
             ids, _ = model.beam_search(src[row : row + 1], bos, eos, max_new_tokens=10, beam_size=1)
             want = greedy[row, : ids.shape[1]]
             assert torch.equal(ids[0], want), f"seed {seed} row {row}: {ids[0].tolist()} vs {greedy[row].tolist()}"
+
+
+def test_the_decoding_loops_check_the_ids_once_not_at_every_step(monkeypatch):
+    """Reading the ids' range waits for the device; the loops check the prompt (or BOS and EOS) once."""
+    from transformer_lib import embedding
+
+    calls = []
+    real = embedding.check_token_ids
+    monkeypatch.setattr(embedding, "check_token_ids", lambda *a, **k: calls.append(a) or real(*a, **k))
+    torch.manual_seed(0)
+    lm = tl.DecoderOnlyLM(vocab_size=12, d_model=16, num_heads=2, num_layers=1, max_len=32).eval()
+    seq2seq = tl.Transformer(vocab_size=12, d_model=16, num_heads=2, num_layers=1, max_len=32).eval()
+    prompt = torch.randint(0, 12, (2, 3))
+    lm(prompt)
+    assert len(calls) == 1  # a plain forward pass checks its ids
+    calls.clear()
+    for use_cache in (True, False):
+        lm.generate(prompt, max_new_tokens=6, temperature=0, use_cache=use_cache)
+        tl.greedy_decode(seq2seq, prompt, bos_id=1, eos_id=2, max_new_tokens=6, use_cache=use_cache)
+    tl.beam_search(seq2seq, prompt, bos_id=1, eos_id=2, max_new_tokens=6, beam_size=2)
+    assert len(calls) == 3  # the source of each greedy run and of the beam search, by encode; no step of a loop
+    with pytest.raises(ValueError, match=r"prompt must hold ids in \[0, 11\]"):
+        lm.generate(torch.tensor([[3, 12]]), max_new_tokens=2)
+    for bad in (12, -1, 1.0):
+        with pytest.raises(ValueError, match=r"bos_id must be an int in \[0, 11\] \(the target vocabulary\), got"):
+            tl.greedy_decode(seq2seq, prompt, bos_id=bad, eos_id=2, max_new_tokens=2)
+        with pytest.raises(ValueError, match=r"bos_id must be an int in \[0, 11\]"):
+            tl.beam_search(seq2seq, prompt, bos_id=bad, eos_id=2, max_new_tokens=2)
