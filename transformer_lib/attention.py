@@ -196,6 +196,7 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         num_heads: int,
         dropout: float = 0.0,
+        *,
         bias: bool = True,
         num_kv_heads: int | None = None,
         rotary: bool = False,
@@ -240,12 +241,12 @@ class MultiHeadAttention(nn.Module):
             config.d_model,
             config.num_heads,
             config.dropout,
-            config.bias,
-            config.num_kv_heads,
-            rotary,
-            config.rotary_layout,
-            config.rotary_dim,
-            config.rope_base,
+            bias=config.bias,
+            num_kv_heads=config.num_kv_heads,
+            rotary=rotary,
+            rotary_layout=config.rotary_layout,
+            rotary_dim=config.rotary_dim,
+            rope_base=config.rope_base,
         )
 
     def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-__all__ = ["TransformerConfig"]
+__all__ = ["TransformerConfig", "ACTIVATIONS", "ROTARY_LAYOUTS"]
 
 _POSITIONAL = ("sinusoidal", "learned", "rope")
-_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+#: The feed-forward activations, by name: the one list (layers.py maps each name to its function).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+#: Where each rotary pair's two dimensions sit: (i, i + r/2) as Hugging Face's Llama ("half"), or
+#: (2i, 2i + 1) as GPT-J and Meta's original Llama ("interleaved"). The one list (positional.py reads it).
+ROTARY_LAYOUTS = ("half", "interleaved")
 _NORMS = ("layer", "rms")
-_ROTARY_LAYOUTS = ("half", "interleaved")
 # fields whose None means "follow another field"; each is resolved here, and only here
 _FOLLOWS = {
     "tgt_vocab_size": "vocab_size",
@@ -96,16 +99,16 @@ class TransformerConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be True or False, got {self.bias!r}")
         if not isinstance(self.attention_only, bool):
             raise ValueError(f"attention_only must be True or False, got {self.attention_only!r}")
-        if self.rotary_layout not in _ROTARY_LAYOUTS:
-            raise ValueError(f"rotary_layout must be one of {_ROTARY_LAYOUTS}, got {self.rotary_layout!r}")
+        if self.rotary_layout not in ROTARY_LAYOUTS:
+            raise ValueError(f"rotary_layout must be one of {ROTARY_LAYOUTS}, got {self.rotary_layout!r}")
         if self.rotary_dim is not None and (
             not isinstance(self.rotary_dim, int) or self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_k
         ):

@@ -38,7 +38,7 @@ def _check_2d(tokens: torch.Tensor, name: str) -> None:
 class TokenEmbedding(nn.Module):
     """Map ids (B, S) to vectors (B, S, d_model), optionally times sqrt(d_model) as in the paper."""
 
-    def __init__(self, vocab_size: int, d_model: int, scale: bool = True, pad_id: int | None = None):
+    def __init__(self, vocab_size: int, d_model: int, *, scale: bool = True, pad_id: int | None = None):
         super().__init__()
         self.vocab_size = vocab_size
         self.d_model = d_model

@@ -33,6 +33,7 @@ __all__ = ["TORCH_NAMES", "load_from_torch", "load_into_torch", "from_torch", "t
 
 # Where our parameter paths and torch.nn's differ, piece by piece. Everything else is spelt the
 # same in both: self_attn., out_proj., norm1. to norm3., layers.<i>., encoder., decoder., norm.
+#: Our parameter names and torch.nn's, one pair per parameter, for the layers, stacks and models.
 TORCH_NAMES = (
     ("feed_forward.linear1.", "linear1."),
     ("feed_forward.linear2.", "linear2."),
@@ -170,7 +171,9 @@ def from_torch(theirs: nn.Module, **overrides) -> nn.Module:
     if kind is None:
         raise TypeError(f"no counterpart for {type(theirs).__name__}")
     if kind is MultiHeadAttention:
-        ours = MultiHeadAttention(theirs.embed_dim, theirs.num_heads, theirs.dropout, theirs.in_proj_bias is not None)
+        ours = MultiHeadAttention(
+            theirs.embed_dim, theirs.num_heads, theirs.dropout, bias=theirs.in_proj_bias is not None
+        )
     else:
         ours = kind(TransformerConfig(**{**_settings(theirs), **overrides}))
     return load_from_torch(ours.to(_device(theirs)), theirs)  # built where theirs lives

@@ -15,17 +15,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import TransformerConfig
+from .config import ACTIVATIONS, TransformerConfig
 
 __all__ = ["FeedForward", "MoEFeedForward", "feed_forward", "LayerNorm", "RMSNorm", "make_norm"]
 
-# "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+# the function of each name in config.ACTIVATIONS; "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
+_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
     "swiglu": F.silu,
 }
+assert tuple(_FUNCTIONS) == ACTIVATIONS, "config.ACTIVATIONS and the functions here must name the same activations"
 
 
 class FeedForward(nn.Module):
@@ -36,12 +37,14 @@ class FeedForward(nn.Module):
     two thirds as wide has the parameters of a ReLU block (without biases, exactly).
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, *, activation: str = "relu", bias: bool = True
+    ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation_name = activation
-        self.activation = _ACTIVATIONS[activation]
+        self.activation = _FUNCTIONS[activation]
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None  # the gated branch
         self.dropout = nn.Dropout(dropout)
@@ -50,7 +53,7 @@ class FeedForward(nn.Module):
     @classmethod
     def from_config(cls, config: TransformerConfig) -> FeedForward:
         """The feed-forward block a layer built from `config` uses."""
-        return cls(config.d_model, config.d_ff, config.dropout, config.activation, config.bias)
+        return cls(config.d_model, config.d_ff, config.dropout, activation=config.activation, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., d_model), through a hidden layer of width d_ff."""
@@ -68,6 +71,7 @@ class MoEFeedForward(nn.Module):
         d_model: int,
         d_ff: int,
         num_experts: int,
+        *,
         top_k: int = 2,
         dropout: float = 0.0,
         activation: str = "swiglu",
@@ -78,7 +82,9 @@ class MoEFeedForward(nn.Module):
             raise ValueError(f"need num_experts >= 2 and 1 <= top_k <= num_experts, got {num_experts} and {top_k}")
         self.num_experts, self.top_k = num_experts, top_k
         self.router = nn.Linear(d_model, num_experts, bias=False)  # one score per expert
-        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, dropout, activation, bias) for _ in range(num_experts))
+        self.experts = nn.ModuleList(
+            FeedForward(d_model, d_ff, dropout, activation=activation, bias=bias) for _ in range(num_experts)
+        )
 
     @classmethod
     def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
@@ -87,10 +93,10 @@ class MoEFeedForward(nn.Module):
             config.d_model,
             config.d_ff,
             config.num_experts,
-            config.experts_per_token,
-            config.dropout,
-            config.activation,
-            config.bias,
+            top_k=config.experts_per_token,
+            dropout=config.dropout,
+            activation=config.activation,
+            bias=config.bias,
         )
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

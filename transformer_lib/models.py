@@ -52,8 +52,8 @@ class Transformer(nn.Module):
         super().__init__()
         cfg = self.config = resolve_config(config, overrides)
         self.pad_id = cfg.pad_id
-        self.src_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
-        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.src_embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, scale=cfg.scale_embedding, pad_id=cfg.pad_id)
+        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model, scale=cfg.scale_embedding, pad_id=cfg.pad_id)
         self.src_pos = _positional(cfg)
         self.tgt_pos = _positional(cfg)  # added to the decoder's own input embeddings
         self.encoder = Encoder(cfg)
@@ -155,7 +155,7 @@ class EncoderOnlyModel(nn.Module):
         cfg = self.config = resolve_config(config, overrides)
         self.pad_id = cfg.pad_id
         self.pooling = pooling
-        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding, cfg.pad_id)
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, scale=cfg.scale_embedding, pad_id=cfg.pad_id)
         self.pos = _positional(cfg)
         self.encoder = Encoder(cfg)
         self.head = nn.Linear(cfg.d_model, num_outputs)
@@ -209,7 +209,7 @@ class DecoderOnlyLM(nn.Module):
     def __init__(self, config: TransformerConfig | None = None, **overrides):
         super().__init__()
         cfg = self.config = resolve_config(config, overrides)
-        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embedding)
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, scale=cfg.scale_embedding)
         self.pos = _positional(cfg)
         self.decoder = Decoder(cfg, cross_attention=False)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)  # d_model -> logits over the vocabulary

@@ -12,6 +12,8 @@ import math
 import torch
 from torch import nn
 
+from .config import ROTARY_LAYOUTS
+
 __all__ = [
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
@@ -19,7 +21,6 @@ __all__ = [
     "apply_rotary",
     "rotary_tables",
     "rotary_permutation",
-    "ROTARY_LAYOUTS",
     "RotaryPositions",
 ]
 
@@ -93,9 +94,6 @@ class LearnedPositionalEncoding(nn.Module):
         S = _check_length(x, offset, self.max_len, self.d_model)
         positions = torch.arange(offset, offset + S, device=x.device)  # (S,)
         return self.dropout(x + self.table(positions))
-
-
-ROTARY_LAYOUTS = ("half", "interleaved")  # pairs (i, i + r/2), as Hugging Face's Llama; pairs (2i, 2i + 1), as GPT-J
 
 
 def _quarter_turn(x: torch.Tensor, layout: str = "half", rotary_dim: int | None = None) -> torch.Tensor:

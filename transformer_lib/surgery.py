@@ -19,8 +19,9 @@ import copy
 import torch
 from torch import nn
 
+from .config import ROTARY_LAYOUTS
 from .models import DecoderOnlyLM
-from .positional import ROTARY_LAYOUTS, rotary_permutation
+from .positional import rotary_permutation
 
 __all__ = ["permute_heads", "with_rotary_layout", "prepend_layer"]
 

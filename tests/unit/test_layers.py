@@ -64,3 +64,28 @@ def test_decoder_layer_residual_wiring_is_pre_or_post_ln(norm_first):
         z = layer.norm2(z + cross(z))
         want = layer.norm3(z + layer.feed_forward(z))
     assert torch.allclose(layer(x, memory), want, atol=1e-6)
+
+
+def test_arguments_past_the_first_three_are_keyword_only():
+    """Swapping two options by position cannot pass silently: they must be named."""
+    with pytest.raises(TypeError):
+        tl.MultiHeadAttention(8, 2, 0.0, True)
+    with pytest.raises(TypeError):
+        tl.FeedForward(8, 16, 0.0, "gelu")
+    with pytest.raises(TypeError):
+        tl.MoEFeedForward(8, 16, 4, 2)
+    with pytest.raises(TypeError):
+        tl.TokenEmbedding(10, 8, False)
+    mha = tl.MultiHeadAttention(8, 2, 0.1, bias=False, rotary=True, rotary_layout="interleaved", rotary_dim=2)
+    assert (mha.rotary_layout, mha.rotary_dim, mha.q_proj.bias) == ("interleaved", 2, None)
+
+
+def test_one_list_of_activations_and_of_rotary_layouts():
+    from transformer_lib import config, layers, positional
+
+    assert tuple(layers._FUNCTIONS) == config.ACTIVATIONS
+    assert positional.ROTARY_LAYOUTS is config.ROTARY_LAYOUTS
+    for name in config.ACTIVATIONS:
+        tl.FeedForward(4, 8, activation=name)
+    with pytest.raises(ValueError, match=r"activation must be one of \('relu', 'gelu', 'gelu_tanh', 'swiglu'\)"):
+        tl.FeedForward(4, 8, activation="tanh")
