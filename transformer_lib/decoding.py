@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import torch
 
-from .embedding import _check_2d, check_token_ids
+from .embedding import check_token_batch, check_token_ids
 from .masks import causal_mask
 
 # What each rule takes, by name (models.py defines the classes; importing them here would be a cycle)
@@ -121,7 +121,7 @@ def generate(
     torch.Generator on the model's device, for samples that repeat. Every generated id, the padding
     id included, is context for the next step: the decoder-only model masks no token as padding.
     """
-    _check_2d(prompt, "prompt")
+    check_token_batch(prompt, "prompt")
     check_token_ids(prompt, model.config.vocab_size, "prompt")
     _check_sampling(temperature, top_k, top_p)
     total = prompt.shape[1] + max_new_tokens
@@ -169,7 +169,7 @@ def greedy_decode(
     never masked as padding. A row is finished because the loop recorded its EOS (`done`), and only
     the positions after it are filled with pad_id.
     """
-    _check_2d(src, "src")
+    check_token_batch(src, "src")
     _check_bos(model, bos_id)
     src_mask = model.make_src_mask(src)
     memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
@@ -224,7 +224,7 @@ def beam_search(
     gives greedy decoding. A hypothesis ends only by emitting EOS: a generated padding id is an
     ordinary token, read as context and never masked.
     """
-    _check_2d(src, "src")
+    check_token_batch(src, "src")
     _check_bos(model, bos_id)
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["TokenEmbedding", "check_token_ids"]
+__all__ = ["TokenEmbedding", "check_token_ids", "check_token_batch"]
 
 
 def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str = "tokens") -> None:
@@ -28,7 +28,7 @@ def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str = "tokens")
         )
 
 
-def _check_2d(tokens: torch.Tensor, name: str) -> None:
+def check_token_batch(tokens: torch.Tensor, name: str) -> None:
     """Raise a clear error unless `tokens` is a (B, S) tensor, the batch of ids a model takes."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__

@@ -13,7 +13,7 @@ from . import decoding
 from .attention import KVCache
 from .config import TransformerConfig, resolve_config
 from .decoder import Decoder
-from .embedding import TokenEmbedding, _check_2d
+from .embedding import TokenEmbedding, check_token_batch
 from .encoder import Encoder
 from .masks import causal_mask, padding_mask, target_mask
 from .positional import LearnedPositionalEncoding, RotaryPositions, SinusoidalPositionalEncoding
@@ -73,7 +73,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) ids -> memory (B, S, d_model)."""
-        _check_2d(src, "src")
+        check_token_batch(src, "src")
         if src_mask is None:
             src_mask = self.make_src_mask(src)
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
@@ -96,7 +96,7 @@ class Transformer(nn.Module):
         With cross_caches (`new_cross_cache`), the memory's keys and values are projected once.
         checked=True: the ids were checked already (`TokenEmbedding.forward`).
         """
-        _check_2d(tgt, "tgt")
+        check_token_batch(tgt, "tgt")
         past = 0 if caches is None else caches[0].length
         if tgt_mask is None and caches is None:
             tgt_mask = self.make_tgt_mask(tgt)  # (B, 1, T, T)
@@ -163,7 +163,7 @@ class EncoderOnlyModel(nn.Module):
 
     def encode(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens (B, S) -> (hidden (B, S, d_model), padding mask (B, 1, 1, S))."""
-        _check_2d(tokens, "tokens")
+        check_token_batch(tokens, "tokens")
         mask = padding_mask(tokens, self.pad_id)  # (B, 1, 1, S)
         return self.encoder(self.pos(self.embed(tokens)), mask), mask
 
@@ -228,7 +228,7 @@ class DecoderOnlyLM(nn.Module):
 
         checked=True: the ids were checked already (`TokenEmbedding.forward`), as the decoding loops do.
         """
-        _check_2d(tokens, "tokens")
+        check_token_batch(tokens, "tokens")
         _, T = tokens.shape
         past = 0 if caches is None else caches[0].length
         # (T, past + T): rows of the new positions; a single new position may see every key, so no mask
