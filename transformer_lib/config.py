@@ -62,7 +62,8 @@ class TransformerConfig:
         "half"  # RoPE's pairs: "half" (i, i + r/2; HF Llama, GPT-NeoX) or "interleaved" (2i, 2i+1; GPT-J)
     )
     rotary_dim: int | None = None  # RoPE turns the first rotary_dim dimensions of each head; None = all (d_k)
-    parallel_block: bool = False  # attention and feed-forward both read one norm's output and add to x (GPT-J, PaLM)
+    parallel_block: bool = False  # attention and feed-forward both read the layer's input and add to it (GPT-J, PaLM)
+    shared_norm: bool = True  # parallel_block: one norm feeds both sublayers (GPT-J); False: one each (GPT-NeoX)
     rope_base: float = 10000.0  # RoPE's pair i turns by position * rope_base ** (-2i / rotary_dim) (Mixtral: 1e6)
     num_experts: int = 0  # > 0: each feed-forward block is a mixture of this many experts of width d_ff (Mixtral)
     experts_per_token: int = 2  # with experts: how many each token goes to (top-k routing)
@@ -133,8 +134,15 @@ class TransformerConfig:
             raise ValueError(f"parallel_block must be True or False, got {self.parallel_block!r}")
         if self.parallel_block and (not self.norm_first or self.attention_only):
             raise ValueError(
-                "parallel_block needs norm_first=True (both sublayers read one norm's output) and a feed-forward block "
+                "parallel_block needs norm_first=True (both sublayers read normalised input) and a feed-forward block "
                 f"(attention_only=False); got norm_first={self.norm_first}, attention_only={self.attention_only}"
+            )
+        if not isinstance(self.shared_norm, bool):
+            raise ValueError(f"shared_norm must be True or False, got {self.shared_norm!r}")
+        if not self.shared_norm and not self.parallel_block:
+            raise ValueError(
+                "shared_norm=False gives each sublayer of a parallel block its own norm; it needs parallel_block=True "
+                "(every other block already has one norm per sublayer)"
             )
         if self.positional == "rope" and self.d_k % 2 != 0:
             raise ValueError(f"rotary positions need an even head width d_model // num_heads, got {self.d_k}")

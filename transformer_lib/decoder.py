@@ -7,7 +7,7 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import TransformerConfig, resolve_config
-from .layers import feed_forward, make_norm
+from .layers import feed_forward, make_norm, residual
 
 __all__ = ["DecoderLayer", "Decoder"]
 
@@ -21,13 +21,31 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig | None = None, cross_attention: bool = True, **overrides):
         super().__init__()
         cfg = self.config = resolve_config(config, overrides)
+        if cfg.parallel_block and cross_attention:
+            raise ValueError("a parallel block has no cross-attention: build it with cross_attention=False")
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
         self.cross_attn = MultiHeadAttention.from_config(cfg, cross=True) if cross_attention else None
         self.norm2 = make_norm(cfg) if cross_attention else None
         self.feed_forward = None if cfg.attention_only else feed_forward(cfg)  # dense, or a mixture of experts
-        self.norm3 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
+        shared = cfg.parallel_block and cfg.shared_norm  # GPT-J's parallel block: norm1 serves both sublayers
+        self.norm3 = None if cfg.attention_only or shared else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
+
+    @property
+    def attn_norm(self) -> nn.Module:
+        """The norm of the self-attention sublayer (stored as norm1)."""
+        return self.norm1
+
+    @property
+    def cross_norm(self) -> nn.Module | None:
+        """The norm of the cross-attention sublayer (stored as norm2), or None without cross-attention."""
+        return self.norm2
+
+    @property
+    def ff_norm(self) -> nn.Module | None:
+        """The norm of the feed-forward sublayer: norm3, or norm1 where a parallel block shares one."""
+        return self.norm3 if self.norm3 is not None or self.feed_forward is None else self.norm1
 
     def _check_memory(self, memory: torch.Tensor | None) -> None:
         if memory is None:
@@ -53,29 +71,15 @@ class DecoderLayer(nn.Module):
         cache: the self-attention's KVCache for incremental decoding. cross_cache: a static KVCache
         that keeps the memory's keys and values after the first step.
         """
+        sublayers = [(self.attn_norm, lambda h: self.self_attn(h, h, h, tgt_mask, cache=cache)[0])]
         if self.cross_attn is not None:
             self._check_memory(memory)
-        if self.config.parallel_block:  # GPT-J, PaLM: x + attention(norm(x)) + feed_forward(norm(x)), one norm
-            if self.cross_attn is not None:
-                raise ValueError("a parallel block has no cross-attention: build it with cross_attention=False")
-            h = self.norm1(x)
-            return (
-                x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0]) + self.dropout(self.feed_forward(h))
+            sublayers.append(
+                (self.cross_norm, lambda h: self.cross_attn(h, memory, memory, memory_mask, cache=cross_cache)[0])
             )
-        if self.config.norm_first:  # pre-LN: x + sublayer(norm(x))
-            h = self.norm1(x)
-            x = x + self.dropout(self.self_attn(h, h, h, tgt_mask, cache=cache)[0])
-            if self.cross_attn is not None:
-                x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, memory_mask, cache=cross_cache)[0])
-            if self.feed_forward is not None:
-                x = x + self.dropout(self.feed_forward(self.norm3(x)))
-        else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask, cache=cache)[0]))
-            if self.cross_attn is not None:
-                x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, memory_mask, cache=cross_cache)[0]))
-            if self.feed_forward is not None:
-                x = self.norm3(x + self.dropout(self.feed_forward(x)))
-        return x
+        if self.feed_forward is not None:
+            sublayers.append((self.ff_norm, self.feed_forward))
+        return residual(x, sublayers, self.config, self.dropout)  # post-LN, pre-LN or parallel, as the config says
 
 
 class Decoder(nn.Module):

@@ -7,7 +7,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .config import TransformerConfig, resolve_config
-from .layers import feed_forward, make_norm
+from .layers import feed_forward, make_norm, residual
 
 __all__ = ["EncoderLayer", "Encoder"]
 
@@ -25,24 +25,29 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention.from_config(cfg)
         self.norm1 = make_norm(cfg)
         self.feed_forward = None if cfg.attention_only else feed_forward(cfg)  # dense, or a mixture of experts
-        self.norm2 = None if cfg.attention_only or cfg.parallel_block else make_norm(cfg)  # parallel: norm1 serves both
+        shared = cfg.parallel_block and cfg.shared_norm  # GPT-J's parallel block: norm1 serves both sublayers
+        self.norm2 = None if cfg.attention_only or shared else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)  # on each sublayer's output, before it is added
 
+    @property
+    def attn_norm(self) -> nn.Module:
+        """The norm of the self-attention sublayer (stored as norm1)."""
+        return self.norm1
+
+    @property
+    def ff_norm(self) -> nn.Module | None:
+        """The norm of the feed-forward sublayer: norm2, or norm1 where a parallel block shares one."""
+        return self.norm2 if self.norm2 is not None or self.feed_forward is None else self.norm1
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, S, d_model), mask bool (True = may attend) broadcastable to (B, h, S, S) -> (B, S, d_model)."""
-        if self.config.parallel_block:  # x + attention(norm(x)) + feed_forward(norm(x)), one norm (GPT-J, PaLM)
-            h = self.norm1(x)
-            return x + self.dropout(self.self_attn(h, h, h, mask)[0]) + self.dropout(self.feed_forward(h))
-        if self.config.norm_first:  # pre-LN: x + sublayer(norm(x)); the residual path is never normalised
-            h = self.norm1(x)
-            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
-            if self.feed_forward is not None:
-                x = x + self.dropout(self.feed_forward(self.norm2(x)))
-        else:  # post-LN, as in the 2017 paper: norm(x + sublayer(x))
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
-            if self.feed_forward is not None:
-                x = self.norm2(x + self.dropout(self.feed_forward(x)))
-        return x
+        """x (B, S, d_model), mask bool (True = may attend) broadcastable to (B, h, S, S) -> (B, S, d_model).
+
+        Post-LN, pre-LN or parallel, as the config says: `layers.residual` wires the sublayers.
+        """
+        sublayers = [(self.attn_norm, lambda h: self.self_attn(h, h, h, mask)[0])]
+        if self.feed_forward is not None:
+            sublayers.append((self.ff_norm, self.feed_forward))
+        return residual(x, sublayers, self.config, self.dropout)
 
 
 class Encoder(nn.Module):

@@ -46,14 +46,11 @@ _Edit = Callable[[torch.Tensor], torch.Tensor]
 
 
 def _sublayers(layer: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
-    """(name, sublayer, its norm) in the order the layer runs them."""
-    if isinstance(layer, EncoderLayer):
-        out = [("self_attn", layer.self_attn, layer.norm1), ("feed_forward", layer.feed_forward, layer.norm2)]
-    else:
-        out = [("self_attn", layer.self_attn, layer.norm1)]
-        if layer.cross_attn is not None:
-            out.append(("cross_attn", layer.cross_attn, layer.norm2))
-        out.append(("feed_forward", layer.feed_forward, layer.norm3))
+    """(name, sublayer, its norm) in the order the layer runs them; the layers name their norms by role."""
+    out = [("self_attn", layer.self_attn, layer.attn_norm)]
+    if getattr(layer, "cross_attn", None) is not None:
+        out.append(("cross_attn", layer.cross_attn, layer.cross_norm))
+    out.append(("feed_forward", layer.feed_forward, layer.ff_norm))
     return [(name, module, norm) for name, module, norm in out if module is not None]  # attention-only: no FF
 
 

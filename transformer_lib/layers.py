@@ -17,7 +17,7 @@ from torch import nn
 
 from .config import ACTIVATIONS, TransformerConfig
 
-__all__ = ["FeedForward", "MoEFeedForward", "feed_forward", "LayerNorm", "RMSNorm", "make_norm"]
+__all__ = ["FeedForward", "MoEFeedForward", "feed_forward", "LayerNorm", "RMSNorm", "make_norm", "residual"]
 
 # the function of each name in config.ACTIVATIONS; "swiglu" gates with SiLU (Swish): act(W1 x) * (W3 x)
 _FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -168,3 +168,30 @@ def make_norm(config: TransformerConfig) -> nn.Module:
     if config.norm == "rms":
         return RMSNorm(config.d_model, config.eps)
     return LayerNorm(config.d_model, config.eps)
+
+
+Sublayer = tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]  # (its norm, the sublayer itself)
+
+
+def residual(x: torch.Tensor, sublayers: list[Sublayer], config: TransformerConfig, dropout: nn.Module) -> torch.Tensor:
+    """The residual wiring of a layer, written once for the encoder's and the decoder's: x (B, T, d_model) -> same.
+
+    `sublayers` are (norm, f) pairs in the order the layer runs them; f maps its input to the output
+    it adds. `config` chooses the wiring:
+
+    - post-LN (the 2017 paper): x <- norm(x + dropout(f(x))), one sublayer after the other;
+    - pre-LN (GPT-2, norm_first): x <- x + dropout(f(norm(x))), one after the other;
+    - parallel (GPT-J, GPT-NeoX, PaLM; parallel_block): x + the sum of dropout(f(norm(x))) over all
+      sublayers, each reading the same x; sublayers that share one norm module use its output once.
+    """
+    if config.parallel_block:
+        normed: dict[int, torch.Tensor] = {}  # by id of the norm module: GPT-J's one norm runs once
+        out = x
+        for norm, f in sublayers:
+            if id(norm) not in normed:
+                normed[id(norm)] = norm(x)
+            out = out + dropout(f(normed[id(norm)]))
+        return out
+    for norm, f in sublayers:
+        x = x + dropout(f(norm(x))) if config.norm_first else norm(x + dropout(f(x)))
+    return x

@@ -89,3 +89,40 @@ def test_one_list_of_activations_and_of_rotary_layouts():
         tl.FeedForward(4, 8, activation=name)
     with pytest.raises(ValueError, match=r"activation must be one of \('relu', 'gelu', 'gelu_tanh', 'swiglu'\)"):
         tl.FeedForward(4, 8, activation="tanh")
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_parallel_block_reads_one_norm_or_one_each(shared):
+    """GPT-J: x + attn(n1(x)) + ff(n1(x)); GPT-NeoX: x + attn(n1(x)) + ff(n2(x)), in both layers."""
+    torch.manual_seed(0)
+    cfg = tl.TransformerConfig(d_model=16, num_heads=2, d_ff=32, dropout=0.0, norm_first=True, parallel_block=True)
+    cfg = cfg.replace(shared_norm=shared)
+    x = torch.randn(2, 5, 16)
+    enc, dec = tl.EncoderLayer(cfg).eval(), tl.DecoderLayer(cfg, cross_attention=False).eval()
+    for layer, ff_norm in ((enc, enc.norm2), (dec, dec.norm3)):
+        assert (ff_norm is None) == shared and layer.attn_norm is layer.norm1
+        assert layer.ff_norm is (layer.norm1 if shared else ff_norm)
+        with torch.no_grad():
+            ff_norm = layer.norm1 if shared else ff_norm
+            if not shared:
+                ff_norm.weight.normal_()  # a norm of its own, so that using norm1 instead shows
+            h = layer.norm1(x)
+            want = x + layer.self_attn(h, h, h)[0] + layer.feed_forward(ff_norm(x))
+            torch.testing.assert_close(layer(x), want, atol=1e-6, rtol=0)
+
+
+def test_shared_norm_belongs_to_a_parallel_block():
+    with pytest.raises(ValueError, match="shared_norm=False .* needs parallel_block=True"):
+        tl.TransformerConfig(norm_first=True, shared_norm=False)
+    with pytest.raises(ValueError, match="shared_norm must be True or False"):
+        tl.TransformerConfig(norm_first=True, parallel_block=True, shared_norm=0)
+    with pytest.raises(ValueError, match="a parallel block has no cross-attention"):
+        tl.DecoderLayer(d_model=8, num_heads=2, norm_first=True, parallel_block=True)
+
+
+def test_the_residual_wiring_is_one_function_for_both_layers():
+    import inspect
+
+    for layer in (tl.EncoderLayer, tl.DecoderLayer):
+        source = inspect.getsource(layer.forward)
+        assert "residual(" in source and "norm_first" not in source and "parallel_block" not in source
