@@ -1,24 +1,38 @@
-"""Weights to and from Hugging Face `transformers`: GPT-2 and Llama in the book's DecoderOnlyLM, and back.
+"""Weights to and from Hugging Face `transformers`: five families of decoder-only models in the book's DecoderOnlyLM.
 
-GPT-2 is the 2017 decoder with four changes, each a config field here: the norm comes first
-(pre-LN) and once more at the end, positions are a learned table, the feed-forward uses GELU's tanh
-approximation, and the output layer shares the token table. Its linear layers are stored as
-`Conv1D`, which computes x @ W + b with W of shape (in, out): the transpose of `nn.Linear`'s weight.
-Llama goes further: RMSNorm, rotary positions, a SwiGLU feed-forward, grouped-query attention and
-no biases, again one config field each. GPT-J keeps LayerNorm and GELU but turns only the first
-`rotary_dim` dimensions of each head, pairs them as neighbours (2i, 2i + 1: the interleaved
-layout, where Llama in `transformers` pairs i with i + r/2), and runs attention and the
-feed-forward block side by side from one norm (a parallel block); its attention has no biases, its
-output layer has one. `with_rotary_layout` moves a model between the two rotary layouts without
-changing what it computes. Mixtral is Llama with a mixture of experts for its feed-forward blocks
-(`num_experts`, `experts_per_token`; see transformer_lib.moe) and another rotary base.
-`transformers` is an optional dependency (the test extra installs it); nothing here downloads.
+Each family is one section below, read top to bottom: its config in ours, the table of parameter
+names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
+`from_hf` finds the family by the model's class, `to_hf` by the config (the first family that
+claims it, in the order they are registered). Adding a family is one new section.
 
-    ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or a LlamaForCausalLM; logits equal to 1e-5
+- **GPT-2** is the 2017 decoder with four changes, each a config field here: the norm comes first
+  (pre-LN) and once more at the end, positions are a learned table, the feed-forward uses GELU's
+  tanh approximation, and the output layer shares the token table. Its linear layers are stored as
+  `Conv1D`, which computes x @ W + b with W of shape (in, out): the transpose of `nn.Linear`'s.
+- **Llama** goes further: RMSNorm, rotary positions, a SwiGLU feed-forward, grouped-query attention
+  and no biases, again one config field each.
+- **Mixtral** is Llama with a mixture of experts for its feed-forward blocks (`num_experts`,
+  `experts_per_token`; see transformer_lib.moe) and another rotary base.
+- **GPT-J** keeps LayerNorm and GELU but turns only the first `rotary_dim` dimensions of each head,
+  pairs them as neighbours (2i, 2i + 1: the interleaved layout, where Llama in `transformers` pairs
+  i with i + r/2), and runs attention and the feed-forward block side by side from one norm (a
+  parallel block); its attention has no biases, its output layer has one.
+- **GPT-NeoX** (Pythia) turns a share of each head in the rotate-half layout, fuses the query, key
+  and value projections into one matrix (head by head), and runs a parallel block with a norm for
+  each sublayer (`shared_norm=False`).
+
+`surgery.with_rotary_layout` (re-exported here) moves a model between the two rotary layouts
+without changing what it computes. `transformers` is an optional dependency (the test extra
+installs it); nothing here downloads.
+
+    ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or Llama, Mixtral, GPT-J, GPT-NeoX; logits to 1e-5
     theirs = to_hf(ours)                                      # the same kind of model, with our weights
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -27,18 +41,91 @@ from .config import TransformerConfig
 from .models import DecoderOnlyLM
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
 
-__all__ = ["from_hf", "to_hf", "gpt2_config", "llama_config", "gptj_config", "mixtral_config", "with_rotary_layout"]
+__all__ = [
+    "from_hf",
+    "to_hf",
+    "FAMILIES",
+    "gpt2_config",
+    "llama_config",
+    "mixtral_config",
+    "gptj_config",
+    "neox_config",
+    "with_rotary_layout",
+]
+
+
+# ---- what every family shares -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of Hugging Face models: how its config and weights become ours, and back."""
+
+    name: str  # as the errors say it: "GPT-2"
+    hf_class: str  # the transformers class from_hf takes and to_hf returns: "GPT2LMHeadModel"
+    config: Callable[[object], TransformerConfig]  # their config -> ours
+    load: Callable[[dict[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]  # their state -> ours
+    save: Callable[[DecoderOnlyLM], nn.Module]  # our model -> theirs, refusing what the family cannot hold
+    claims: Callable[[TransformerConfig], bool]  # to_hf: is a model of this config one of ours?
+
+
+#: The registered families by Hugging Face class name, in the order `to_hf` asks them.
+FAMILIES: dict[str, Family] = {}
+
+
+def _register(family: Family) -> None:
+    FAMILIES[family.hf_class] = family
 
 
 def _decoder_only(**fields) -> TransformerConfig:
-    """What GPT-2 and Llama share: pre-LN with a final norm, unscaled embeddings, no dropout at inference."""
+    """What every family shares: pre-LN with a final norm, unscaled embeddings, no dropout at inference."""
     return TransformerConfig(dropout=0.0, norm_first=True, final_norm=True, scale_embedding=False, **fields)
+
+
+def _check_architecture(ours: DecoderOnlyLM, expected: TransformerConfig, family: str, head_bias: bool = False) -> None:
+    """Refuse a model whose config differs from `family`'s (or whose output layer holds a bias the family does
+    not have), naming what differs. rotary_dim None and rotary_dim = d_k are the same: every dimension turns."""
+    cfg = ours.config
+
+    def seen(c: TransformerConfig, k: str):
+        return (c.rotary_dim or c.d_k) if k == "rotary_dim" else getattr(c, k)
+
+    differ = {k: (seen(cfg, k), seen(expected, k)) for k in vars(expected) if k != "dropout"}
+    differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
+    if differ:
+        raise ValueError(f"not a {family} architecture; these fields differ (ours, {family}'s): {differ}")
+    if not head_bias and ours.head.bias is not None and ours.head.bias.abs().max() > 0:
+        raise ValueError(f"{family}'s output layer has no bias, and ours holds a non-zero one")
+
+
+def _renamed(state: dict[str, torch.Tensor], names: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Pick and rename tensors: names holds (from, to) pairs."""
+    return {b: state[a] for a, b in names}
+
+
+def _flipped(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(b, a) for a, b in names]
+
+
+def _tanh_gelu(hf_config, family: str) -> str:
+    act = getattr(hf_config, "activation_function", None) or getattr(hf_config, "hidden_act", None)
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"only {family}'s tanh GELU is supported, got activation {act!r}")
+    return "gelu_tanh"
+
+
+def _rope_theta(hf_config) -> float:
+    parameters = getattr(hf_config, "rope_parameters", None) or {}
+    if parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"only plain rotary positions are supported, got rope_type {parameters['rope_type']!r}")
+    return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+# ---- GPT-2 --------------------------------------------------------------------------------------
 
 
 def gpt2_config(hf_config) -> TransformerConfig:
     """A GPT2Config -> the TransformerConfig of the same architecture."""
-    if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"only GPT-2's tanh GELU is supported, got activation {hf_config.activation_function!r}")
     return _decoder_only(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.n_embd,
@@ -47,7 +134,7 @@ def gpt2_config(hf_config) -> TransformerConfig:
         d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
         max_len=hf_config.n_positions,
         positional="learned",
-        activation="gelu_tanh",
+        activation=_tanh_gelu(hf_config, "GPT-2"),
         eps=hf_config.layer_norm_epsilon,
         tie_embeddings=True,
     )
@@ -75,44 +162,48 @@ def _gpt2_names(num_layers: int) -> list[tuple[str, str, bool]]:
     return names
 
 
-def mixtral_config(hf_config) -> TransformerConfig:
-    """A MixtralConfig -> the TransformerConfig of the same architecture: Llama's, with routed SwiGLU experts."""
-    window = getattr(hf_config, "sliding_window", None)
-    checks = {
-        "sliding_window": (window is not None and window < hf_config.max_position_embeddings, False),
-        "router_jitter_noise": (getattr(hf_config, "router_jitter_noise", 0.0), 0.0),
-    }
-    return _decoder_only(
-        **_llama_fields(hf_config, "Mixtral", checks),
-        num_experts=hf_config.num_local_experts,
-        experts_per_token=hf_config.num_experts_per_tok,
-    )
-
-
-def _mixtral_state(theirs: dict, cfg: TransformerConfig) -> dict[str, torch.Tensor]:
-    """Mixtral's state dict -> ours: Llama's names for attention and norms; each expert's gate, up and down
-    matrices cut out of Mixtral's stacked (E, 2 d_ff, d) and (E, d, d_ff) tensors."""
-    state = {}
-    for a, b in _llama_names(cfg.num_layers):
-        if ".feed_forward." not in a:
-            state[a] = theirs[b]
-    f = cfg.d_ff
+def _gpt2_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
     for i in range(cfg.num_layers):
-        ours, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
-        state[ours + "router.weight"] = theirs[mlp + "gate.weight"]  # (E, d)
-        gate_up, down = theirs[mlp + "experts.gate_up_proj"], theirs[mlp + "experts.down_proj"]
-        for e in range(cfg.num_experts):
-            state[f"{ours}experts.{e}.linear1.weight"] = gate_up[e, :f]  # (d_ff, d): the SiLU-activated branch
-            state[f"{ours}experts.{e}.linear3.weight"] = gate_up[e, f:]  # (d_ff, d): the linear branch
-            state[f"{ours}experts.{e}.linear2.weight"] = down[e]  # (d, d_ff)
+        w, b = theirs[f"transformer.h.{i}.attn.c_attn.weight"], theirs[f"transformer.h.{i}.attn.c_attn.bias"]
+        for name, w_part, b_part in zip("qkv", w.T.chunk(3), b.chunk(3)):  # (3d, d) -> three (d, d)
+            state[f"decoder.layers.{i}.self_attn.{name}_proj.weight"] = w_part
+            state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
+    state["head.weight"] = state["embed.table.weight"]  # tied
     return state
 
 
-def _rope_theta(hf_config) -> float:
-    parameters = getattr(hf_config, "rope_parameters", None) or {}
-    if parameters.get("rope_type", "default") != "default":
-        raise ValueError(f"only plain rotary positions are supported, got rope_type {parameters['rope_type']!r}")
-    return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+def _gpt2_save(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = ours.config
+    hf_config = GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_embd=cfg.d_model,
+        n_head=cfg.num_heads,
+        n_layer=cfg.num_layers,
+        n_inner=cfg.d_ff,
+        n_positions=cfg.max_len,
+        layer_norm_epsilon=cfg.eps,
+        activation_function="gelu_new",
+    )
+    _check_architecture(ours, gpt2_config(hf_config), "GPT-2")
+    hf = GPT2LMHeadModel(hf_config)
+    mine = ours.state_dict()
+    state = {b: (mine[a].T if t else mine[a]) for a, b, t in _gpt2_names(cfg.num_layers)}
+    for i in range(cfg.num_layers):
+        attn = f"decoder.layers.{i}.self_attn."
+        state[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([mine[f"{attn}{n}_proj.weight"] for n in "qkv"]).T
+        state[f"transformer.h.{i}.attn.c_attn.bias"] = torch.cat([mine[f"{attn}{n}_proj.bias"] for n in "qkv"])
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")]
+    if missing or unexpected:
+        raise ValueError(f"GPT-2 state does not match: missing {missing}, unexpected {unexpected}")
+    return hf.eval()
+
+
+# ---- Llama --------------------------------------------------------------------------------------
 
 
 def _llama_fields(hf_config, family: str, checks: dict) -> dict:
@@ -154,10 +245,128 @@ def llama_config(hf_config) -> TransformerConfig:
     return _decoder_only(**_llama_fields(hf_config, "Llama", checks))
 
 
+def _llama_names(num_layers: int) -> list[tuple[str, str]]:
+    """(our name, Llama's name) for every tensor: the same layout and shapes, other names."""
+    names = [
+        ("embed.table.weight", "model.embed_tokens.weight"),
+        ("decoder.norm.weight", "model.norm.weight"),
+        ("head.weight", "lm_head.weight"),
+    ]
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"model.layers.{i}."
+        pairs = (
+            ("self_attn.q_proj", "self_attn.q_proj"),
+            ("self_attn.k_proj", "self_attn.k_proj"),
+            ("self_attn.v_proj", "self_attn.v_proj"),
+            ("self_attn.out_proj", "self_attn.o_proj"),
+            ("feed_forward.linear1", "mlp.gate_proj"),
+            ("feed_forward.linear3", "mlp.up_proj"),
+            ("feed_forward.linear2", "mlp.down_proj"),
+            ("norm1", "input_layernorm"),
+            ("norm3", "post_attention_layernorm"),
+        )
+        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight") for a, b in pairs]
+    return names
+
+
+def _llama_kwargs(cfg: TransformerConfig) -> dict:
+    """The arguments of a LlamaConfig (or a MixtralConfig) for the architecture `cfg` describes."""
+    return dict(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_len,
+        rms_norm_eps=cfg.eps,
+        rope_theta=cfg.rope_base,
+        tie_word_embeddings=cfg.tie_embeddings,
+    )
+
+
+def _llama_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    return _renamed(theirs, _flipped(_llama_names(cfg.num_layers)))
+
+
+def _llama_save(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = ours.config
+    hf_config = LlamaConfig(**_llama_kwargs(cfg))
+    _check_architecture(ours, llama_config(hf_config), "Llama")
+    hf = LlamaForCausalLM(hf_config)
+    hf.load_state_dict(_renamed(ours.state_dict(), _llama_names(cfg.num_layers)))
+    return hf.eval()
+
+
+# ---- Mixtral: Llama with routed SwiGLU experts -----------------------------------------------------
+
+
+def mixtral_config(hf_config) -> TransformerConfig:
+    """A MixtralConfig -> the TransformerConfig of the same architecture: Llama's, with routed SwiGLU experts."""
+    window = getattr(hf_config, "sliding_window", None)
+    checks = {
+        "sliding_window": (window is not None and window < hf_config.max_position_embeddings, False),
+        "router_jitter_noise": (getattr(hf_config, "router_jitter_noise", 0.0), 0.0),
+    }
+    return _decoder_only(
+        **_llama_fields(hf_config, "Mixtral", checks),
+        num_experts=hf_config.num_local_experts,
+        experts_per_token=hf_config.num_experts_per_tok,
+    )
+
+
+def _mixtral_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Mixtral's state dict -> ours: Llama's names for attention and norms; each expert's gate, up and down
+    matrices cut out of Mixtral's stacked (E, 2 d_ff, d) and (E, d, d_ff) tensors."""
+    state = {a: theirs[b] for a, b in _llama_names(cfg.num_layers) if ".feed_forward." not in a}
+    f = cfg.d_ff
+    for i in range(cfg.num_layers):
+        ours, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
+        state[ours + "router.weight"] = theirs[mlp + "gate.weight"]  # (E, d)
+        gate_up, down = theirs[mlp + "experts.gate_up_proj"], theirs[mlp + "experts.down_proj"]
+        for e in range(cfg.num_experts):
+            state[f"{ours}experts.{e}.linear1.weight"] = gate_up[e, :f]  # (d_ff, d): the SiLU-activated branch
+            state[f"{ours}experts.{e}.linear3.weight"] = gate_up[e, f:]  # (d_ff, d): the linear branch
+            state[f"{ours}experts.{e}.linear2.weight"] = down[e]  # (d, d_ff)
+    return state
+
+
+def _mixtral_save(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = ours.config
+    hf_config = MixtralConfig(
+        **_llama_kwargs(cfg),
+        num_local_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.experts_per_token,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    _check_architecture(ours, mixtral_config(hf_config), "Mixtral")
+    hf = MixtralForCausalLM(hf_config)
+    mine = ours.state_dict()
+    state = {b: mine[a] for a, b in _llama_names(cfg.num_layers) if ".feed_forward." not in a}
+    for i in range(cfg.num_layers):
+        ff, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
+        state[mlp + "gate.weight"] = mine[ff + "router.weight"]
+        gate_up = [
+            torch.cat([mine[f"{ff}experts.{e}.linear1.weight"], mine[f"{ff}experts.{e}.linear3.weight"]])
+            for e in range(cfg.num_experts)
+        ]  # each (2 d_ff, d)
+        state[mlp + "experts.gate_up_proj"] = torch.stack(gate_up)  # (E, 2 d_ff, d)
+        down = [mine[f"{ff}experts.{e}.linear2.weight"] for e in range(cfg.num_experts)]  # each (d, d_ff)
+        state[mlp + "experts.down_proj"] = torch.stack(down)  # (E, d, d_ff)
+    hf.load_state_dict(state)
+    return hf.eval()
+
+
+# ---- GPT-J: interleaved partial rotary, a parallel block with one norm -----------------------------
+
+
 def gptj_config(hf_config) -> TransformerConfig:
     """A GPTJConfig -> the TransformerConfig of the same architecture (interleaved, partial RoPE; parallel block)."""
-    if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"only GPT-J's tanh GELU is supported, got activation {hf_config.activation_function!r}")
     head_dim = hf_config.n_embd // hf_config.n_head
     if hf_config.rotary_dim is None:
         raise ValueError("this GPT-J has rotary_dim=None; set it (GPT-J-6B turns 64 of its 256 head dimensions)")
@@ -172,7 +381,7 @@ def gptj_config(hf_config) -> TransformerConfig:
         rotary_layout="interleaved",
         rotary_dim=min(hf_config.rotary_dim, head_dim),
         parallel_block=True,
-        activation="gelu_tanh",
+        activation=_tanh_gelu(hf_config, "GPT-J"),
         eps=hf_config.layer_norm_epsilon,
         tie_embeddings=hf_config.tie_word_embeddings,
     )
@@ -208,131 +417,13 @@ def _gptj_attention_biases(num_layers: int) -> list[str]:
     return [f"decoder.layers.{i}.self_attn.{n}_proj.bias" for i in range(num_layers) for n in ("q", "k", "v", "out")]
 
 
-def _llama_names(num_layers: int) -> list[tuple[str, str]]:
-    """(our name, Llama's name) for every tensor: the same layout and shapes, other names."""
-    names = [
-        ("embed.table.weight", "model.embed_tokens.weight"),
-        ("decoder.norm.weight", "model.norm.weight"),
-        ("head.weight", "lm_head.weight"),
-    ]
-    for i in range(num_layers):
-        ours, theirs = f"decoder.layers.{i}.", f"model.layers.{i}."
-        pairs = (
-            ("self_attn.q_proj", "self_attn.q_proj"),
-            ("self_attn.k_proj", "self_attn.k_proj"),
-            ("self_attn.v_proj", "self_attn.v_proj"),
-            ("self_attn.out_proj", "self_attn.o_proj"),
-            ("feed_forward.linear1", "mlp.gate_proj"),
-            ("feed_forward.linear3", "mlp.up_proj"),
-            ("feed_forward.linear2", "mlp.down_proj"),
-            ("norm1", "input_layernorm"),
-            ("norm3", "post_attention_layernorm"),
-        )
-        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight") for a, b in pairs]
-    return names
+def _gptj_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    state = _renamed(theirs, _flipped(_gptj_names(cfg.num_layers)))
+    state.update({name: torch.zeros(cfg.d_model) for name in _gptj_attention_biases(cfg.num_layers)})
+    return state
 
 
-def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
-    """A GPT2LMHeadModel, LlamaForCausalLM or GPTJForCausalLM -> our DecoderOnlyLM with its weights, in eval mode."""
-    kind = type(hf_model).__name__
-    theirs = hf_model.state_dict()
-    if kind == "LlamaForCausalLM":
-        cfg = llama_config(hf_model.config)
-        state = {a: theirs[b] for a, b in _llama_names(cfg.num_layers)}
-    elif kind == "MixtralForCausalLM":
-        cfg = mixtral_config(hf_model.config)
-        state = _mixtral_state(theirs, cfg)
-    elif kind == "GPTJForCausalLM":
-        cfg = gptj_config(hf_model.config)
-        state = {a: theirs[b] for a, b in _gptj_names(cfg.num_layers)}
-        state.update({name: torch.zeros(cfg.d_model) for name in _gptj_attention_biases(cfg.num_layers)})
-    elif kind == "GPT2LMHeadModel":
-        cfg = gpt2_config(hf_model.config)
-        state = {a: (theirs[b].T if t else theirs[b]) for a, b, t in _gpt2_names(cfg.num_layers)}
-        for i in range(cfg.num_layers):
-            w, b = theirs[f"transformer.h.{i}.attn.c_attn.weight"], theirs[f"transformer.h.{i}.attn.c_attn.bias"]
-            for name, w_part, b_part in zip("qkv", w.T.chunk(3), b.chunk(3)):  # (3d, d) -> three (d, d)
-                state[f"decoder.layers.{i}.self_attn.{name}_proj.weight"] = w_part
-                state[f"decoder.layers.{i}.self_attn.{name}_proj.bias"] = b_part
-        state["head.weight"] = state["embed.table.weight"]  # tied
-    else:
-        raise TypeError(
-            "from_hf takes a GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or GPTJForCausalLM, got " + kind
-        )
-    state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # GPT-2's and Llama's output layers have no bias
-    ours = DecoderOnlyLM(cfg)
-    ours.load_state_dict(state)
-    return ours.eval()
-
-
-def _check_architecture(ours: DecoderOnlyLM, expected: TransformerConfig, family: str) -> None:
-    """Refuse a model whose config differs from `family`'s, or whose output layer holds a bias, naming what differs."""
-    cfg = ours.config
-    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
-    if differ:
-        raise ValueError(f"not a {family} architecture; these fields differ (ours, {family}'s): {differ}")
-    if ours.head.bias is not None and ours.head.bias.abs().max() > 0:
-        raise ValueError(f"{family}'s output layer has no bias, and ours holds a non-zero one")
-
-
-def _llama_kwargs(cfg: TransformerConfig) -> dict:
-    """The arguments of a LlamaConfig (or a MixtralConfig) for the architecture `cfg` describes."""
-    return dict(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.d_model,
-        intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_len,
-        rms_norm_eps=cfg.eps,
-        rope_theta=cfg.rope_base,
-        tie_word_embeddings=cfg.tie_embeddings,
-    )
-
-
-def _to_llama(ours: DecoderOnlyLM) -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = ours.config
-    hf_config = LlamaConfig(**_llama_kwargs(cfg))
-    _check_architecture(ours, llama_config(hf_config), "Llama")
-    hf = LlamaForCausalLM(hf_config)
-    mine = ours.state_dict()
-    hf.load_state_dict({b: mine[a] for a, b in _llama_names(cfg.num_layers)})
-    return hf.eval()
-
-
-def _to_mixtral(ours: DecoderOnlyLM) -> nn.Module:
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    cfg = ours.config
-    hf_config = MixtralConfig(
-        **_llama_kwargs(cfg),
-        num_local_experts=cfg.num_experts,
-        num_experts_per_tok=cfg.experts_per_token,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-    _check_architecture(ours, mixtral_config(hf_config), "Mixtral")
-    hf = MixtralForCausalLM(hf_config)
-    mine = ours.state_dict()
-    state = {b: mine[a] for a, b in _llama_names(cfg.num_layers) if ".feed_forward." not in a}
-    for i in range(cfg.num_layers):
-        ff, mlp = f"decoder.layers.{i}.feed_forward.", f"model.layers.{i}.mlp."
-        state[mlp + "gate.weight"] = mine[ff + "router.weight"]
-        gate_up = [
-            torch.cat([mine[f"{ff}experts.{e}.linear1.weight"], mine[f"{ff}experts.{e}.linear3.weight"]])
-            for e in range(cfg.num_experts)
-        ]  # each (2 d_ff, d)
-        state[mlp + "experts.gate_up_proj"] = torch.stack(gate_up)  # (E, 2 d_ff, d)
-        down = [mine[f"{ff}experts.{e}.linear2.weight"] for e in range(cfg.num_experts)]  # each (d, d_ff)
-        state[mlp + "experts.down_proj"] = torch.stack(down)  # (E, d, d_ff)
-    hf.load_state_dict(state)
-    return hf.eval()
-
-
-def _to_gptj(ours: DecoderOnlyLM) -> nn.Module:
+def _gptj_save(ours: DecoderOnlyLM) -> nn.Module:
     from transformers import GPTJConfig, GPTJForCausalLM
 
     cfg = ours.config
@@ -349,55 +440,166 @@ def _to_gptj(ours: DecoderOnlyLM) -> nn.Module:
         bos_token_id=None,
         eos_token_id=None,
     )
-    expected = gptj_config(hf_config)
-    differ = {k: (getattr(cfg, k), v) for k, v in vars(expected).items() if k != "dropout" and getattr(cfg, k) != v}
-    if cfg.rotary_dim is None and set(differ) == {"rotary_dim"}:
-        differ = {}  # all of each head turns: the same as rotary_dim = d_k
-    if differ:
-        raise ValueError(f"not a GPT-J architecture; these fields differ (ours, GPT-J's): {differ}")
+    _check_architecture(ours, gptj_config(hf_config), "GPT-J", head_bias=True)
     mine = ours.state_dict()
     biased = [n for n in _gptj_attention_biases(cfg.num_layers) if mine[n].abs().max() > 0]
     if biased:
         raise ValueError(f"GPT-J's attention has no biases, and ours holds non-zero ones: {biased[:3]}")
     hf = GPTJForCausalLM(hf_config)
-    hf.load_state_dict({b: mine[a] for a, b in _gptj_names(cfg.num_layers)})
+    hf.load_state_dict(_renamed(mine, _gptj_names(cfg.num_layers)))
     return hf.eval()
+
+
+# ---- GPT-NeoX: rotate-half partial rotary, fused q/k/v, a parallel block with two norms --------------
+
+
+def neox_config(hf_config) -> TransformerConfig:
+    """A GPTNeoXConfig -> the TransformerConfig of the same architecture (Pythia's)."""
+    if not hf_config.attention_bias:
+        raise ValueError("this GPT-NeoX has attention_bias=False; the book's bias field covers every linear layer")
+    act = hf_config.hidden_act
+    activation = "gelu" if act == "gelu" else _tanh_gelu(hf_config, "GPT-NeoX (or exact GELU)")
+    head_dim = hf_config.hidden_size // hf_config.num_attention_heads
+    share = (getattr(hf_config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+    parallel = bool(hf_config.use_parallel_residual)
+    return _decoder_only(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        max_len=hf_config.max_position_embeddings,
+        positional="rope",
+        rotary_dim=int(head_dim * share),  # the first `share` of each head turns, pairs (i, i + r/2)
+        rope_base=_rope_theta(hf_config),
+        parallel_block=parallel,
+        shared_norm=not parallel,  # parallel: a norm for each sublayer; sequential: the usual two anyway
+        activation=activation,
+        eps=hf_config.layer_norm_eps,
+        tie_embeddings=hf_config.tie_word_embeddings,
+    )
+
+
+def _neox_names(num_layers: int) -> list[tuple[str, str]]:
+    """(our name, GPT-NeoX's name) for every tensor but the fused q/k/v projection."""
+    names = [
+        ("embed.table.weight", "gpt_neox.embed_in.weight"),
+        ("decoder.norm.weight", "gpt_neox.final_layer_norm.weight"),
+        ("decoder.norm.bias", "gpt_neox.final_layer_norm.bias"),
+        ("head.weight", "lm_head.weight"),
+    ]
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"gpt_neox.layers.{i}."
+        pairs = (
+            ("norm1", "input_layernorm"),
+            ("norm3", "post_attention_layernorm"),
+            ("self_attn.out_proj", "attention.dense"),
+            ("feed_forward.linear1", "mlp.dense_h_to_4h"),
+            ("feed_forward.linear2", "mlp.dense_4h_to_h"),
+        )
+        names += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for a, b in pairs for p in ("weight", "bias")]
+    return names
+
+
+def _neox_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    state = _renamed(theirs, _flipped(_neox_names(cfg.num_layers)))
+    h, d_k = cfg.num_heads, cfg.d_k
+    for i in range(cfg.num_layers):
+        fused = f"gpt_neox.layers.{i}.attention.query_key_value."
+        w = theirs[fused + "weight"].view(h, 3, d_k, cfg.d_model)  # (3d, d) -> (h, q|k|v, d_k, d): head by head
+        b = theirs[fused + "bias"].view(h, 3, d_k)  # (3d,) -> (h, q|k|v, d_k)
+        for j, name in enumerate("qkv"):
+            ours = f"decoder.layers.{i}.self_attn.{name}_proj."
+            state[ours + "weight"] = w[:, j].reshape(h * d_k, cfg.d_model)  # (h, d_k, d) -> (d, d)
+            state[ours + "bias"] = b[:, j].reshape(h * d_k)  # (h, d_k) -> (d,)
+    return state
+
+
+def _neox_save(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = ours.config
+    hf_config = GPTNeoXConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.d_ff,
+        hidden_act="gelu" if cfg.activation == "gelu" else "gelu_new",
+        max_position_embeddings=cfg.max_len,
+        rotary_pct=(cfg.rotary_dim or cfg.d_k) / cfg.d_k,
+        rotary_emb_base=cfg.rope_base,
+        layer_norm_eps=cfg.eps,
+        use_parallel_residual=cfg.parallel_block,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    _check_architecture(ours, neox_config(hf_config), "GPT-NeoX")
+    mine = ours.state_dict()
+    state = _renamed(mine, _neox_names(cfg.num_layers))
+    h, d_k = cfg.num_heads, cfg.d_k
+    for i in range(cfg.num_layers):
+        attn = f"decoder.layers.{i}.self_attn."
+        w = torch.stack([mine[f"{attn}{n}_proj.weight"].view(h, d_k, cfg.d_model) for n in "qkv"], 1)  # (h, 3, d_k, d)
+        b = torch.stack([mine[f"{attn}{n}_proj.bias"].view(h, d_k) for n in "qkv"], 1)  # (h, 3, d_k)
+        fused = f"gpt_neox.layers.{i}.attention.query_key_value."
+        state[fused + "weight"] = w.reshape(3 * cfg.d_model, cfg.d_model)  # (h, 3, d_k, d) -> (3d, d)
+        state[fused + "bias"] = b.reshape(3 * cfg.d_model)  # (h, 3, d_k) -> (3d,)
+    hf = GPTNeoXForCausalLM(hf_config)
+    hf.load_state_dict(state)
+    return hf.eval()
+
+
+# ---- the registry and the two directions ---------------------------------------------------------
+
+# to_hf asks in this order: the interleaved or one-norm parallel model is GPT-J's, a rotary LayerNorm
+# model GPT-NeoX's, a routed one Mixtral's, another rotary one Llama's, the rest GPT-2's.
+_register(
+    Family(
+        "GPT-J",
+        "GPTJForCausalLM",
+        gptj_config,
+        _gptj_load,
+        _gptj_save,
+        lambda c: c.rotary_layout == "interleaved" or (c.parallel_block and c.shared_norm),
+    )
+)
+_register(
+    Family(
+        "GPT-NeoX",
+        "GPTNeoXForCausalLM",
+        neox_config,
+        _neox_load,
+        _neox_save,
+        lambda c: c.positional == "rope" and c.norm == "layer" and not c.num_experts,
+    )
+)
+_register(
+    Family("Mixtral", "MixtralForCausalLM", mixtral_config, _mixtral_load, _mixtral_save, lambda c: c.num_experts > 0)
+)
+_register(Family("Llama", "LlamaForCausalLM", llama_config, _llama_load, _llama_save, lambda c: c.positional == "rope"))
+_register(Family("GPT-2", "GPT2LMHeadModel", gpt2_config, _gpt2_load, _gpt2_save, lambda c: True))
+
+
+def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
+    """A Hugging Face causal LM of a registered family (`FAMILIES`) -> our DecoderOnlyLM with its weights, in eval
+    mode, on the CPU."""
+    family = FAMILIES.get(type(hf_model).__name__)
+    if family is None:
+        names = ", ".join(FAMILIES)
+        raise TypeError(f"from_hf takes one of {names}; got {type(hf_model).__name__}")
+    cfg = family.config(hf_model.config)
+    state = family.load(hf_model.state_dict(), cfg)
+    state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # most families' output layers have no bias
+    ours = DecoderOnlyLM(cfg)
+    ours.load_state_dict(state)
+    return ours.eval()
 
 
 def to_hf(ours: DecoderOnlyLM) -> nn.Module:
-    """Our GPT-2-, Llama- or GPT-J-shaped DecoderOnlyLM -> a GPT2LMHeadModel, LlamaForCausalLM or GPTJForCausalLM."""
+    """Our DecoderOnlyLM -> the Hugging Face model of the first family that claims its config (`FAMILIES`)."""
     if not isinstance(ours, DecoderOnlyLM):
         raise TypeError(f"to_hf takes a DecoderOnlyLM, got {type(ours).__name__}")
-    if ours.config.parallel_block or ours.config.rotary_layout == "interleaved":
-        return _to_gptj(ours)
-    if ours.config.num_experts:
-        return _to_mixtral(ours)
-    if ours.config.positional == "rope":
-        return _to_llama(ours)
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = ours.config
-    hf_config = GPT2Config(
-        vocab_size=cfg.vocab_size,
-        n_embd=cfg.d_model,
-        n_head=cfg.num_heads,
-        n_layer=cfg.num_layers,
-        n_inner=cfg.d_ff,
-        n_positions=cfg.max_len,
-        layer_norm_epsilon=cfg.eps,
-        activation_function="gelu_new",
-    )
-    _check_architecture(ours, gpt2_config(hf_config), "GPT-2")
-    hf = GPT2LMHeadModel(hf_config)
-    mine = ours.state_dict()
-    state = {b: (mine[a].T if t else mine[a]) for a, b, t in _gpt2_names(cfg.num_layers)}
-    for i in range(cfg.num_layers):
-        attn = f"decoder.layers.{i}.self_attn."
-        state[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([mine[f"{attn}{n}_proj.weight"] for n in "qkv"]).T
-        state[f"transformer.h.{i}.attn.c_attn.bias"] = torch.cat([mine[f"{attn}{n}_proj.bias"] for n in "qkv"])
-    state["lm_head.weight"] = state["transformer.wte.weight"]
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")]
-    if missing or unexpected:
-        raise ValueError(f"GPT-2 state does not match: missing {missing}, unexpected {unexpected}")
-    return hf.eval()
+    family = next(f for f in FAMILIES.values() if f.claims(ours.config))
+    return family.save(ours)

@@ -82,14 +82,15 @@ def test_llama_logits_generation_and_weights_round_trip(llama):
 
 
 def test_clear_errors(gpt2):
-    with pytest.raises(
-        TypeError, match="from_hf takes a GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or GPTJForCausalLM, got"
-    ):
+    with pytest.raises(TypeError, match="from_hf takes one of GPTJForCausalLM, GPTNeoXForCausalLM, .*; got Linear"):
         from_hf(torch.nn.Linear(2, 2))
     not_gpt2 = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64)
     with pytest.raises(ValueError, match="not a GPT-2 architecture; these fields differ"):
         to_hf(not_gpt2)
-    not_llama = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64, positional="rope")
+    not_neox = tl.DecoderOnlyLM(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_len=64, positional="rope")
+    with pytest.raises(ValueError, match="not a GPT-NeoX architecture; these fields differ"):
+        to_hf(not_neox)  # rotary positions with LayerNorm: the family that has them
+    not_llama = tl.DecoderOnlyLM(not_neox.config.replace(norm="rms"))
     with pytest.raises(ValueError, match="not a Llama architecture; these fields differ"):
         to_hf(not_llama)
     odd = transformers.LlamaConfig(
@@ -180,3 +181,85 @@ def test_the_gptj_parity_is_exact_only_with_the_interleaved_layout(gptj):
     x = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         assert (wrong(x) - gptj(x).logits).abs().max() > 1e-2
+
+
+def _neox(folder, parallel: bool):
+    """A small random GPT-NeoX: rotate-half rotary on half of each head, fused q/k/v, biases everywhere."""
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        rotary_pct=0.5,
+        use_parallel_residual=parallel,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    model = transformers.GPTNeoXForCausalLM(config)
+    with torch.no_grad():  # random norms and biases, sharp attention: so that a mistake in loading them shows
+        for name, p in model.named_parameters():
+            if "layernorm" in name or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+            if "query_key_value.weight" in name:
+                p.mul_(8.0)  # scores far from 0, so that the positions (the rotation) matter
+    model.save_pretrained(folder)
+    return transformers.GPTNeoXForCausalLM.from_pretrained(folder).eval()
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_gpt_neox_logits_generation_and_weights_round_trip(tmp_path, parallel):
+    neox = _neox(tmp_path, parallel)
+    ours = from_hf(neox)
+    cfg = ours.config
+    assert (cfg.rotary_layout, cfg.rotary_dim) == ("half", 4)  # half of each head's 8 dimensions turn
+    assert (cfg.parallel_block, cfg.shared_norm) == (parallel, not parallel)
+    assert all(layer.norm3 is not None for layer in ours.decoder.layers)  # a norm for each sublayer
+    x = torch.randint(0, 50, (3, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), neox(x).logits, atol=1e-5, rtol=0)
+    prompt = x[:1, :6]
+    theirs = neox.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours.generate(prompt, max_new_tokens=20, temperature=0.0), theirs)
+    back = to_hf(ours)
+    assert type(back).__name__ == "GPTNeoXForCausalLM"
+    for name, tensor in back.state_dict().items():
+        assert torch.equal(tensor, neox.state_dict()[name]), name
+
+
+def test_gpt_neox_fused_projection_is_read_head_by_head(tmp_path):
+    """Cutting the fused (3d, d) matrix in three thirds (as GPT-2's c_attn) runs, and gives other logits."""
+    neox = _neox(tmp_path, True)
+    ours = from_hf(neox)
+    wrong = tl.DecoderOnlyLM(ours.config).eval()
+    state = ours.state_dict()
+    w = neox.state_dict()["gpt_neox.layers.0.attention.query_key_value.weight"]
+    for name, part in zip("qkv", w.chunk(3)):
+        state[f"decoder.layers.0.self_attn.{name}_proj.weight"] = part
+    wrong.load_state_dict(state)
+    x = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (wrong(x) - neox(x).logits).abs().max() > 1e-2
+
+
+def test_every_family_is_registered_once_and_claims_its_own_models():
+    assert list(tl.hf.FAMILIES) == [
+        "GPTJForCausalLM",
+        "GPTNeoXForCausalLM",
+        "MixtralForCausalLM",
+        "LlamaForCausalLM",
+        "GPT2LMHeadModel",
+    ]
+    base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64, norm_first=True)
+    for fields, family in (
+        (dict(positional="learned"), "GPT-2"),
+        (dict(positional="rope", norm="rms"), "Llama"),
+        (dict(positional="rope", norm="rms", num_experts=4), "Mixtral"),
+        (dict(positional="rope", rotary_layout="interleaved"), "GPT-J"),
+        (dict(positional="rope", parallel_block=True), "GPT-J"),
+        (dict(positional="rope", parallel_block=True, shared_norm=False), "GPT-NeoX"),
+    ):
+        cfg = tl.TransformerConfig(**base, **fields)
+        assert next(f for f in tl.hf.FAMILIES.values() if f.claims(cfg)).name == family, fields
