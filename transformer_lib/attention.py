@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,7 @@ __all__ = [
     "MultiHeadAttention",
     "KVCache",
     "capture_attention",
+    "watch_weights",
 ]
 
 
@@ -229,8 +230,6 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)  # one key per key-value head
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.keep_weights = False  # set True (or use capture_attention) to keep the last weights
-        self.last_weights: torch.Tensor | None = None
         self._rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos and sin of positions 0..n, (n, d_k)
 
     @classmethod
@@ -350,32 +349,51 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (out (B, h, T_q, d_k), weights or None).
 
-        The step-by-step path when the weights are asked for or kept (`keep_weights`), else the fused kernel.
+        The step-by-step path when the weights are asked for, else the fused kernel.
         """
         dropout_p = self.dropout_p if self.training else 0.0
-        if not (need_weights or self.keep_weights):
+        if not need_weights:
             return fused_attention(q, k, v, mask, dropout_p), None
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k)
-        if self.keep_weights:
-            self.last_weights = weights.detach()
-        return out, (weights if need_weights else None)
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p)  # (B, h, T_q, d_k), (B, h, T_q, T_k)
+
+
+def watch_weights(module: MultiHeadAttention, record: Callable[[torch.Tensor], None]) -> list:
+    """Hooks that hand each forward pass's attention weights (B, h, T_q, T_k), detached, to `record`.
+
+    The one way the package looks at attention weights: PyTorch's own hooks, and nothing kept on the
+    module. A pre-hook asks the call for its weights (need_weights=True, the step-by-step path),
+    whatever its caller asked; a hook passes them on. Returns the hooks' handles: remove them to stop.
+    `capture_attention`, `inside.capture` and the ONNX exports all use it.
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"watch_weights takes a MultiHeadAttention, got {type(module).__name__}")
+
+    def ask(m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if len(args) > 4:  # need_weights given by position: (query, key, value, mask, need_weights, ...)
+            return (*args[:4], True, *args[5:]), kwargs
+        return args, {**kwargs, "need_weights": True}
+
+    def give(m: nn.Module, args: tuple, kwargs: dict, output: tuple) -> None:
+        record(output[1].detach())
+
+    pre = module.register_forward_pre_hook(ask, with_kwargs=True)
+    return [pre, module.register_forward_hook(give, with_kwargs=True)]
 
 
 @contextlib.contextmanager
 def capture_attention(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
-    """Within the block, record each MultiHeadAttention's last weights, keyed by module name.
+    """Within the block, record each MultiHeadAttention's weights (B, num_heads, T_q, T_k), keyed by module name.
 
-    Weights are (B, num_heads, T_q, T_k). The dict is filled when the block exits.
+    A thin alias of the hook mechanism (`watch_weights`, as `inside.capture` uses it): a second
+    forward pass in the block overwrites the first one's weights, and the hooks go when it ends.
     """
-    modules = {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
-    before = {name: m.keep_weights for name, m in modules.items()}
     captured: dict[str, torch.Tensor] = {}
-    for m in modules.values():
-        m.keep_weights, m.last_weights = True, None
+    handles = []
+    for name, m in model.named_modules():
+        if isinstance(m, MultiHeadAttention):
+            handles += watch_weights(m, lambda w, name=name: captured.__setitem__(name, w))
     try:
         yield captured
     finally:
-        for name, m in modules.items():
-            if m.last_weights is not None:
-                captured[name] = m.last_weights
-            m.keep_weights, m.last_weights = before[name], None
+        for handle in handles:
+            handle.remove()

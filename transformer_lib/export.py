@@ -45,12 +45,13 @@ installs them, and the package itself does not need them.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, watch_weights
 from .masks import causal_mask
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
@@ -76,8 +77,19 @@ class _WithAttention(nn.Module):
         self.watched = watched  # a plain list: the modules stay registered under `model` only
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(*inputs)
-        return out, torch.stack([m.last_weights[0] for m in self.watched])  # batch 1: (L, h, T_q, T_k)
+        weights, out = _watching(self.watched, lambda: self.model(*inputs))
+        return out, torch.stack([w[0] for w in weights])  # batch 1: (L, h, T_q, T_k)
+
+
+def _watching(watched: list[MultiHeadAttention], run: Callable[[], object]) -> tuple[list[torch.Tensor], object]:
+    """run() with the watched layers' weights recorded by hooks (in the order they ran), then the hooks removed."""
+    weights: list[torch.Tensor] = []
+    handles = [h for m in watched for h in watch_weights(m, weights.append)]
+    try:
+        return weights, run()
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _plan(model: nn.Module) -> tuple[list[MultiHeadAttention], list[str], list[str], dict]:
@@ -110,12 +122,10 @@ def with_attention(model: nn.Module) -> nn.Module:
     """The module that export_onnx traces: the model, returning also its attention weights (batch 1).
 
     Running it in PyTorch gives what the ONNX file must give, which is how the tests compare them.
-    It switches the watched attention layers to keeping their weights (`keep_weights`), and leaves
-    them so; export_onnx puts them back as they were.
+    The watched attention layers hand their weights over through hooks during each call
+    (`attention.watch_weights`), which nothing leaves behind on the model.
     """
     watched, _, _, _ = _plan(model)
-    for m in watched:
-        m.keep_weights = True  # the weights path: the scores are computed explicitly and kept
     return _WithAttention(model, watched).eval()  # the wrapper too: export restores its mode
 
 
@@ -131,12 +141,7 @@ def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor,
     for name, tensor in zip(inputs, example):
         if tensor.dim() != 2 or tensor.shape[0] != 1:
             raise ValueError(f"{name} must be a (1, length) tensor of token ids, got shape {tuple(tensor.shape)}")
-    kept = [m.keep_weights for m in watched]
-    try:
-        return _trace(with_attention(model.cpu()), example, path, inputs, outputs, dynamic)
-    finally:
-        for m, k in zip(watched, kept):
-            m.keep_weights, m.last_weights = k, None
+    return _trace(with_attention(model.cpu()), example, path, inputs, outputs, dynamic)
 
 
 def _trace(
@@ -203,6 +208,10 @@ class _Lens(nn.Module):
         self.watched = [layer.self_attn for layer in model.decoder.layers]  # a plain list, as in _WithAttention
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, lens = _watching(self.watched, lambda: self._lens(tokens))
+        return lens, torch.stack([w[0] for w in weights])  # (L, T, V), (L, h, T, T)
+
+    def _lens(self, tokens: torch.Tensor) -> torch.Tensor:
         model = self.model
         _, T = tokens.shape
         mask = causal_mask(T, device=tokens.device)  # (T, T), as DecoderOnlyLM.forward builds it
@@ -212,8 +221,7 @@ class _Lens(nn.Module):
         for layer in model.decoder.layers:  # Decoder.forward's loop, reading the stream after each layer
             x = layer(x, None, mask)  # (1, T, d_model): the layer's resid_post
             lens.append(model.head(norm(x))[0])  # (T, V): as inside.logit_lens reads it
-        attention = torch.stack([m.last_weights[0] for m in self.watched])  # (L, h, T, T)
-        return torch.stack(lens), attention  # (L, T, V), (L, h, T, T)
+        return torch.stack(lens)  # (L, T, V)
 
 
 def lens_model(model: DecoderOnlyLM) -> nn.Module:
@@ -222,30 +230,21 @@ def lens_model(model: DecoderOnlyLM) -> nn.Module:
     ``lens[i]`` is layer i's residual stream through the final norm and the output layer: logits,
     which the page turns into probabilities with a softmax. It equals ``inside.logit_lens`` on the
     cache of ``inside.run_with_cache``, and its last row is the model's logits; ``attention[i]`` is
-    layer i's captured pattern. Like ``with_attention``, it switches the attention layers to keeping
-    their weights and leaves them so; export_lens puts them back as they were.
+    layer i's captured pattern, handed over by hooks as in ``with_attention``.
     """
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"lens_model takes a DecoderOnlyLM, got {type(model).__name__}")
-    lens = _Lens(model)
-    for m in lens.watched:
-        m.keep_weights = True  # the weights path: the scores are computed explicitly and kept
-    return lens.eval()  # the wrapper too: export restores its mode
+    return _Lens(model).eval()  # the wrapper too: export restores its mode
 
 
 def export_lens(model: DecoderOnlyLM, path: str | Path) -> Path:
     """Write ``lens_model(model)`` (on the CPU) to `path` as ONNX with a dynamic length T; return the path."""
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"export_lens takes a DecoderOnlyLM, got {type(model).__name__}")
-    kept = [layer.self_attn.keep_weights for layer in model.decoder.layers]  # as they were: put back after
     lens = lens_model(model.cpu())
     _all_rotary_tables(model)
     dynamic = {"tokens": {1: "T"}, "lens": {1: "T"}, "attention": {2: "T", 3: "T"}}
-    try:
-        return _trace(lens, (torch.arange(1, 6)[None],), path, ["tokens"], ["lens", "attention"], dynamic)
-    finally:
-        for m, k in zip(lens.watched, kept):
-            m.keep_weights, m.last_weights = k, None
+    return _trace(lens, (torch.arange(1, 6)[None],), path, ["tokens"], ["lens", "attention"], dynamic)
 
 
 class _Step(nn.Module):

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, watch_weights
 from .decoder import DecoderLayer
 from .encoder import EncoderLayer
 
@@ -99,7 +99,7 @@ def capture(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[di
     """Within the block, record every hook point (or only `names`) of each forward pass; detached tensors.
 
     A second forward pass in the same block overwrites the first one's values. Attention patterns
-    make the attention modules take their step-by-step path (as capture_attention does).
+    make the attention modules take their step-by-step path (`attention.watch_weights`, as capture_attention).
     """
     wanted = set(hook_points(model) if names is None else names)
     unknown = wanted - set(hook_points(model))
@@ -111,7 +111,7 @@ def capture(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[di
         if name in wanted:
             cache[name] = value.detach()
 
-    handles, kept = [], []
+    handles = []
     try:
         for prefix, layer in _layers(model):
             handles.append(layer.register_forward_pre_hook(lambda m, args, p=prefix: record(f"{p}.resid_pre", args[0])))
@@ -130,21 +130,13 @@ def capture(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[di
                         )
                     )
                     if f"{name}.pattern" in wanted:
-                        kept.append((module, module.keep_weights))
-                        module.keep_weights = True
-                        handles.append(
-                            module.register_forward_hook(
-                                lambda m, a, out, n=name: record(f"{n}.pattern", m.last_weights)
-                            )
-                        )
+                        handles += watch_weights(module, lambda w, n=name: record(f"{n}.pattern", w))
                 else:
                     handles.append(module.register_forward_hook(lambda m, a, out, n=name: record(f"{n}.out", out)))
         yield cache
     finally:
         for handle in handles:
             handle.remove()
-        for module, before in kept:
-            module.keep_weights, module.last_weights = before, None
 
 
 def run_with_cache(model: nn.Module, *inputs, names: Sequence[str] | None = None, **kwargs):

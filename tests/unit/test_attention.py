@@ -112,7 +112,27 @@ def test_capture_attention_records_every_layer_and_cleans_up():
         "decoder.layers.1.cross_attn",
     }
     assert maps["decoder.layers.1.cross_attn"].shape == (1, 2, 4, 5)
-    assert all(not m.keep_weights for m in model.modules() if isinstance(m, tl.MultiHeadAttention))
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())  # nothing left behind
+
+
+def test_the_weights_come_from_hooks_and_nothing_is_kept_on_the_module():
+    """watch_weights hands over the weights a need_weights call returns, whatever the caller asked."""
+    torch.manual_seed(0)
+    mha = tl.MultiHeadAttention(8, 2).eval()
+    q, kv = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    _, want = mha(q, kv, kv, need_weights=True)
+    seen = []
+    handles = tl.watch_weights(mha, seen.append)
+    out, weights = mha(q, kv, kv)  # the caller asked for nothing
+    mha(q, kv, kv, None, False)  # need_weights by position
+    for h in handles:
+        h.remove()
+    assert len(seen) == 2 and all(torch.equal(w, want) for w in seen) and not seen[0].requires_grad
+    assert weights is not None  # the call took the step-by-step path
+    assert mha(q, kv, kv)[1] is None and not mha._forward_hooks  # and after: the fused path, no hook
+    assert not [n for n in vars(mha) if "weights" in n]  # no state on the module
+    with pytest.raises(TypeError, match="watch_weights takes a MultiHeadAttention, got Linear"):
+        tl.watch_weights(torch.nn.Linear(2, 2), print)
 
 
 @settings(max_examples=30, deadline=None)
