@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 CORRECT = "Correct!"
 _TODO = "Not answered yet: write your answer in the exercise cell, run it, then run this cell again."
@@ -83,6 +85,7 @@ def attempt(
     notebook says which exercise is still to do. With `forbidden`, those library functions refuse
     to run (see `by_hand`); `names` says in the hint which ones they are.
     """
+    before = _snapshot(args)
     try:
         with by_hand(*forbidden):
             result = fn(*args)
@@ -92,9 +95,64 @@ def attempt(
         if isinstance(error, NotImplementedError) and str(error) == _BY_HAND:
             return None, f"This exercise asks you to write it by hand, but your answer called {names or 'the library'}."
         return None, f"Your code raised {type(error).__name__} on {case}: {error}"
+    changed = _changed(before, args)
+    if changed:
+        return None, (
+            f"On {case} your code changed its input in place ({changed}). A function should leave what it is given "
+            "as it was: work on a copy (x.clone()) or write out-of-place operations (x = x / s, not x /= s)."
+        )
     if result is None:
         return None, _TODO
     return result, None
+
+
+def _snapshot(args: tuple) -> list[tuple[str, object, object]]:
+    """(what, the live object, a copy of it) for every tensor, module, list and dict among the arguments."""
+    saved = []
+    for i, arg in enumerate(args):
+        where = f"argument {i + 1}"
+        if isinstance(arg, torch.Tensor):
+            saved.append((f"{where}, a tensor", arg, arg.detach().clone()))
+        elif isinstance(arg, nn.Module):
+            for name, t in arg.state_dict(keep_vars=True).items():
+                saved.append((f"{where}'s {name}", t, t.detach().clone()))
+        elif isinstance(arg, (list, dict)):
+            try:
+                saved.append((f"{where}, a {type(arg).__name__}", arg, copy.deepcopy(arg)))
+            except Exception:  # something that cannot be copied: not watched
+                pass
+    return saved
+
+
+def _changed(saved: list[tuple[str, object, object]], args: tuple) -> str | None:
+    """The first watched argument that no longer equals its copy, named; None when all are as they were."""
+    for what, live, kept in saved:
+        if isinstance(live, torch.Tensor):
+            now = live.detach()
+            if now.shape != kept.shape or not torch.equal(now.cpu(), kept.cpu()) and not _both_nan(now, kept):
+                return what
+        else:
+            try:
+                if _differs(live, kept):
+                    return what
+            except Exception:
+                pass
+    return None
+
+
+def _both_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.is_floating_point() and bool(torch.allclose(a.cpu(), b.cpu(), rtol=0, atol=0, equal_nan=True))
+
+
+def _differs(a, b) -> bool:
+    """a != b for lists and dicts that may hold tensors."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) != len(b) or any(_differs(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() != b.keys() or any(_differs(a[k], b[k]) for k in a)
+    return bool(a != b)
 
 
 class _RefuseTorch(torch.overrides.TorchFunctionMode):

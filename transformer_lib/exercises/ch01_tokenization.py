@@ -71,6 +71,8 @@ def check_merge(fn: Callable[[list, tuple, int], list]) -> str:
         ([], (1, 2), 3),
         ([2, 2, 2, 2, 2, 3, 2, 2], (2, 2), 11),
         ([6, 1, 6, 1, 6], (1, 6), 4),
+        ([12, 1, 2, 12, 21, 2, 1, 2], (1, 2), 99),  # multi-digit ids: "12" holds "1", "2" but is not the pair
+        ([101, 10, 1, 10, 1, 110], (10, 1), 256),
     ):
         case = f"ids={ids}, pair={pair}, new_id={new_id}"
         got, hint = attempt(fn, list(ids), pair, new_id, case=case)

@@ -155,6 +155,17 @@ def check_scale_ratio(fn) -> str:
         if abs(got * want - 1) < 0.05:
             return f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding norm."
         return f"For {case} expected a ratio near {want:.1f} (sqrt(2 d)), measured {got:.3g}."
+    same, hint = attempt(fn, 64, _seeded(61), case="d_model=64 with the same seed again")
+    if hint:
+        return hint
+    measured = _measured("the ratio", same)
+    if isinstance(measured, str):
+        return measured
+    if measured[0] != results[64]:
+        return (
+            "The same seed gave two different numbers: draw the 500 token vectors with the generator you are given "
+            "(torch.randn(..., generator=generator)), not from torch's global random state."
+        )
     again, hint = attempt(fn, 64, _seeded(64), case="d_model=64 with another seed")
     if hint:
         return hint
