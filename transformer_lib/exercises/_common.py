@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 CORRECT = "Correct!"
 _TODO = "Not answered yet: write your answer in the exercise cell, run it, then run this cell again."
@@ -168,16 +169,53 @@ class _RefuseTorch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def refusing(fn: Callable, *torch_functions: Callable) -> Callable:
-    """fn, wrapped so that these torch functions (e.g. F.layer_norm) refuse while it runs.
+class _RefuseOps(TorchDispatchMode):
+    """While active, an ATen operator of these families raises the by-hand error; with a `source`, only when it
+    reads that tensor, a view of its storage (``.data``, ``.detach()``, ``.T``) or a copy of its values."""
+
+    def __init__(self, packets: Sequence, source: torch.Tensor | None = None):
+        super().__init__()
+        self.packets = {p for p in packets if p is not None}
+        self.source = source
+
+    def _reads_source(self, t: object) -> bool:
+        if self.source is None:
+            return True
+        if not isinstance(t, torch.Tensor):
+            return False
+        try:
+            if t.untyped_storage().data_ptr() == self.source.untyped_storage().data_ptr():
+                return True
+        except (RuntimeError, NotImplementedError):  # a tensor without storage
+            pass
+        return t.shape == self.source.shape and t.dtype == self.source.dtype and bool(torch.equal(t, self.source))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in self.packets and args and self._reads_source(args[0]):
+            raise NotImplementedError(_BY_HAND)
+        return func(*args, **(kwargs or {}))
+
+
+def aten_ops(*names: str) -> tuple:
+    """The ATen operator families of these names that this torch has (a name it lacks is left out)."""
+    return tuple(p for p in (getattr(torch.ops.aten, n, None) for n in names) if p is not None)
+
+
+def refusing(
+    fn: Callable, *torch_functions: Callable, ops: Sequence = (), source: torch.Tensor | None = None
+) -> Callable:
+    """fn, wrapped so that these torch functions (e.g. F.layer_norm) and ATen operators refuse while it runs.
 
     For torch's own functions, whose code `by_hand` cannot swap: a torch function mode sees every
-    call, however the function was imported. Pass the result to `attempt`, which turns the refusal
-    into the by-hand hint.
+    call of `torch_functions`, however the function was imported. `ops` (from `aten_ops`) are
+    refused where every spelling ends, the operator itself: method forms (``t.gather``), views of
+    the same storage, nn modules and ``torch.ops.aten`` calls alike; with `source`, only when they
+    read that tensor. Pass the result to `attempt`, which turns the refusal into the by-hand hint.
     """
 
     def guarded(*args):
-        with _RefuseTorch(torch_functions):
+        refuse_ops = _RefuseOps(ops, source) if ops else contextlib.nullcontext()
+        with _RefuseTorch(torch_functions), refuse_ops:
             return fn(*args)
 
     return guarded

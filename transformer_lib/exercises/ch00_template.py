@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import torch
 
+from .. import masks
 from ..masks import causal_mask
-from ._common import CORRECT, _measured, _seeded, _shape, attempt
+from ._common import CORRECT, _measured, _seeded, _shape, aten_ops, attempt, refusing
 
 __all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 
@@ -49,9 +50,20 @@ def check_future_mask(fn: Callable[[int], torch.Tensor]) -> str:
 
 
 def check_allowed_count(fn: Callable[[int], int]) -> str:
-    """fn(n) must return how many True entries tl.causal_mask(n) has."""
+    """fn(n) must return how many True entries tl.causal_mask(n) has, by a formula in n.
+
+    The library's masks and torch's triangles (tril, triu and their indices) refuse to run during
+    the check. Counting in plain Python, without a tensor, is not something a checker can see.
+    """
+    guarded = refusing(fn, ops=aten_ops("tril", "triu", "tril_indices", "triu_indices"))
     for n in (1, 3, 10, 57, 8):
-        got, hint = attempt(fn, n, case=f"n={n}")
+        got, hint = attempt(
+            guarded,
+            n,
+            case=f"n={n}",
+            forbidden=(masks.causal_mask, masks.target_mask, masks.sliding_window_mask),
+            names="a mask (tl.causal_mask, or a triangle from torch.tril)",
+        )
         if hint:
             return hint
         measured = _measured("the count", got)

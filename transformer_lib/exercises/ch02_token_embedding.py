@@ -10,25 +10,31 @@ import torch.nn.functional as F
 
 from ..positional import sinusoidal_encoding
 from ..tasks import pad_sequences
-from ._common import _BY_HAND, CORRECT, _close, _measured, _seeded, _shape, attempt
+from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 
 _LOOKUPS = (F.embedding, torch.embedding, torch.index_select, torch.Tensor.index_select, torch.take, torch.gather)
-
-
-class _NoLookup(torch.overrides.TorchFunctionMode):
-    """While active, looking rows of `table` up directly (indexing, F.embedding, index_select) raises."""
-
-    def __init__(self, table: torch.Tensor):
-        super().__init__()
-        self.table = table
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _LOOKUPS or (func is torch.Tensor.__getitem__ and args and args[0] is self.table):
-            raise NotImplementedError(_BY_HAND)
-        return func(*args, **kwargs)
+# every way of reading rows of the table by position, where all spellings end (indexing, .gather, .take,
+# index_select, embedding, one row at a time, unbind or split): refused on the table, a view of it or a copy
+_LOOKUP_OPS = aten_ops(
+    "index",
+    "index_select",
+    "embedding",
+    "gather",
+    "take",
+    "take_along_dim",
+    "select",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "unsafe_split",
+    "narrow",
+    "slice",
+    "chunk",
+    "unsafe_chunk",
+    "_embedding_bag",
+)
 
 
 def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
@@ -44,11 +50,8 @@ def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str
         ids[0, 0] = 0
         case = f"ids of shape {(B, S)} and a table of shape {(V, d)} ({dtype})"
 
-        def guarded(ids, table):
-            with _NoLookup(table):
-                return fn(ids, table)
-
-        result, hint = attempt(guarded, ids.clone(), table, case=case, names="table[ids] or F.embedding")
+        guarded = refusing(fn, *_LOOKUPS, ops=_LOOKUP_OPS, source=table)
+        result, hint = attempt(guarded, ids.clone(), table, case=case, names="a lookup of the table's rows")
         if hint:
             if "shapes cannot be multiplied" in hint:
                 hint += " F.one_hot(ids) alone sizes the one-hot by the largest id present: pass table.shape[0]."

@@ -9,13 +9,25 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import fused_attention, scaled_dot_product_attention
-from ._common import CORRECT, _close, _measured, _seeded, _shape, attempt, refusing
+from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
 
 __all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
 
 _LIBRARY = "tl.scaled_dot_product_attention, tl.fused_attention or F.scaled_dot_product_attention"
 
 # (batch shape, T_q, T_k, d_k, d_v): d_k odd and even, d_v != d_k, T_q != T_k, with and without batch axes
+# the fused kernels under every spelling of PyTorch's attention (F.scaled_dot_product_attention, torch.ops.aten,
+# nn.MultiheadAttention), and the masked softmax its math path uses: F.softmax is `_softmax`, not refused
+_FUSED_OPS = aten_ops(
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_attention_math",
+    "_safe_softmax",
+    "_native_multi_head_attention",
+)
 _ATTENTION_CASES = ((2, 3), 5, 9, 16, 16), ((), 4, 6, 7, 3), ((3,), 6, 5, 64, 10), ((2, 1), 3, 8, 25, 25)
 
 
@@ -26,7 +38,7 @@ def _attend(q, k, v, divisor: float, axis: int = -1) -> torch.Tensor:
 def check_attention(fn) -> str:
     """fn(q, k, v) must return softmax(q k^T / sqrt(d_k)) v for (..., T, d_k) inputs, written by hand."""
     g = _seeded(7)
-    guarded = refusing(fn, F.scaled_dot_product_attention)
+    guarded = refusing(fn, F.scaled_dot_product_attention, ops=_FUSED_OPS)
     for batch, t_q, t_k, d_k, d_v in _ATTENTION_CASES:
         q, k = torch.randn(*batch, t_q, d_k, generator=g), torch.randn(*batch, t_k, d_k, generator=g) * 1.5
         v = torch.randn(*batch, t_k, d_v, generator=g)

@@ -10,11 +10,23 @@ import torch.nn.functional as F
 from ..encoder import Encoder
 from ..layers import LayerNorm
 from ..utils import set_seed
-from ._common import CORRECT, _close, _measured, _seeded, _shape, attempt, refusing
+from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
 
 __all__ = ["check_layer_norm", "check_pre_ln", "check_batch_norm_mean", "check_depth_growth"]
 
 # (shape, eps): d odd and even, eps large enough that where it sits matters, and the default
+# where every spelling of a library norm ends (F.layer_norm, nn.LayerNorm, torch.ops.aten, group and instance norm)
+_NORM_OPS = aten_ops(
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "native_group_norm",
+    "instance_norm",
+    "batch_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training",
+)
 _LAYER_NORM_CASES = ((3, 4, 10), 0.1), ((5, 7), 0.5), ((2, 3, 4, 16), 1.0), ((6, 9), 1e-5)
 
 
@@ -60,7 +72,7 @@ def _layer_norm_mistake(result, x, w, b, eps) -> str | None:
 def check_layer_norm(fn) -> str:
     """fn(x, weight, bias, eps) must equal F.layer_norm over the last axis, written by hand."""
     g = _seeded(5)
-    guarded = refusing(fn, F.layer_norm, torch.layer_norm, F.group_norm, F.instance_norm)
+    guarded = refusing(fn, F.layer_norm, torch.layer_norm, F.group_norm, F.instance_norm, ops=_NORM_OPS)
     for shape, eps in _LAYER_NORM_CASES:
         d = shape[-1]
         x = torch.randn(*shape, generator=g) * 0.5 + torch.randn(*shape[:-1], 1, generator=g)  # small spread

@@ -10,7 +10,7 @@ from torch import nn
 from .. import hf, moe, positional, quantization
 from ..config import TransformerConfig
 from ..models import DecoderOnlyLM
-from ._common import CORRECT, _seeded, attempt, refusing
+from ._common import CORRECT, _seeded, aten_ops, attempt, refusing
 from ._match import first_mistake, same, tensor_problem
 
 __all__ = ["check_rotary_rows", "check_top_k_gates", "check_int8_rows", "check_expert_use"]
@@ -202,7 +202,7 @@ def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tenso
         scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
         want = _int8(w, scale)
         got, hint = attempt(
-            refusing(fn, torch.quantize_per_channel),
+            refusing(fn, torch.quantize_per_channel, ops=aten_ops("quantize_per_channel")),
             weight.clone(),
             case=case,
             forbidden=(quantization.quantize_per_channel,),

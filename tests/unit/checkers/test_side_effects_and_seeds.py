@@ -3,6 +3,7 @@ are given, or that only work while ids are one digit long. Each gets a hint that
 
 from __future__ import annotations
 
+import pytest
 import torch
 from _mutation import rejected
 
@@ -63,3 +64,68 @@ def test_a_model_whose_weights_the_answer_changes_is_named():
 
     feedback = ex.check_embed(zeroes_the_table)
     rejected(feedback, "changed its input in place")
+
+
+def _rows(ids, table):
+    return torch.nn.functional.one_hot(ids, table.shape[0]).to(table.dtype) @ table
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda ids, table: table.gather(0, ids.reshape(-1, 1).expand(-1, table.shape[1])).view(*ids.shape, -1),
+        lambda ids, table: table.take(ids[..., None] * table.shape[1] + torch.arange(table.shape[1])),
+        lambda ids, table: table.data[ids],
+        lambda ids, table: table.detach()[ids],
+        lambda ids, table: table.clone()[ids],
+        lambda ids, table: table.T.T[ids],
+        lambda ids, table: torch.stack([table[i] for i in ids.flatten().tolist()]).view(*ids.shape, -1),
+        lambda ids, table: torch.stack([table.unbind(0)[i] for i in ids.flatten().tolist()]).view(*ids.shape, -1),
+        lambda ids, table: torch.ops.aten.embedding(table, ids),
+        lambda ids, table: torch.nn.functional.embedding(ids, table),
+    ],
+)
+def test_every_spelling_of_a_table_lookup_is_refused(lookup):
+    rejected(ex.check_embed(lookup), "asks you to write it by hand")
+
+
+def test_a_one_hot_built_by_indexing_another_tensor_is_allowed():
+    assert ex.check_embed(lambda ids, table: torch.eye(table.shape[0], dtype=table.dtype)[ids] @ table) == ex.CORRECT
+    assert ex.check_embed(_rows) == ex.CORRECT
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        lambda x, w, b, eps: torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, eps)[0],
+        lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps),
+        lambda x, w, b, eps: torch.nn.LayerNorm(x.shape[-1], eps=eps)(x) * w + b,
+    ],
+)
+def test_every_spelling_of_the_library_layer_norm_is_refused(library):
+    rejected(ex.check_layer_norm(library), "asks you to write it by hand")
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        lambda q, k, v: torch.ops.aten.scaled_dot_product_attention(q, k, v),
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+    ],
+)
+def test_every_spelling_of_the_fused_attention_is_refused(library):
+    rejected(ex.check_attention(library), "asks you to write it by hand")
+
+
+@pytest.mark.parametrize(
+    "built",
+    [
+        lambda n: int(tl.causal_mask(n).sum()),
+        lambda n: int(torch.ones(n, n).tril().sum()),
+        lambda n: int(torch.tril(torch.ones(n, n, dtype=torch.bool)).sum()),
+        lambda n: torch.tril_indices(n, n).shape[1],
+    ],
+)
+def test_counting_a_built_mask_is_refused_where_a_formula_is_asked(built):
+    rejected(ex.check_allowed_count(built), "asks you to write it by hand")
+    assert ex.check_allowed_count(lambda n: n * (n + 1) // 2) == ex.CORRECT
