@@ -196,6 +196,21 @@ class _RefuseOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class counting_ops(TorchDispatchMode):  # noqa: N801 (used as a context manager, like a function)
+    """Within the block, count the calls of these ATen operator families (`.count`): did the learner's code
+    really compute what its numbers claim (a prediction per training step, say)?"""
+
+    def __init__(self, packets: Sequence):
+        super().__init__()
+        self.packets = {p for p in packets if p is not None}
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in self.packets:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
 def aten_ops(*names: str) -> tuple:
     """The ATen operator families of these names that this torch has (a name it lacks is left out)."""
     return tuple(p for p in (getattr(torch.ops.aten, n, None) for n in names) if p is not None)

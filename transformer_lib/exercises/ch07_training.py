@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..training import noam_rate, smoothing_floor
-from ._common import CORRECT, _measured, attempt
+from ._common import CORRECT, _measured, aten_ops, attempt, counting_ops
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
 
@@ -158,18 +158,24 @@ def _curve(got) -> list[float] | None:
         return None
 
 
+# a prediction of the logits, under every spelling of the loss (F.cross_entropy, log_softmax, softmax, logsumexp)
+_PREDICTIONS = aten_ops("_log_softmax", "_softmax", "_safe_softmax", "logsumexp")
+
+
 def check_floor_experiment(fn) -> str:
     """Experiment: fn(vocab_size, smoothing, steps) optimises free logits and returns the loss at every step.
 
     The checker runs the learner's experiment itself for settings the learner has not seen: the
     curve must have `steps` losses, start at log(V) (zero logits predict the uniform distribution),
     never go below the floor, and for long runs reach it. A short run must stay above it, so the
-    closed form or a constant cannot pass.
+    closed form or a constant cannot pass; and the code must compute a prediction (a softmax) at
+    least once per step, so a curve drawn from a formula cannot either.
     """
     settings = [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]
     for V, eps, steps in settings:
         case = f"vocab_size={V}, smoothing={eps}, steps={steps}"
-        with torch.random.fork_rng():
+        predictions = counting_ops(_PREDICTIONS)
+        with torch.random.fork_rng(), predictions:
             torch.manual_seed(V)
             got, hint = attempt(fn, V, eps, steps, case=case)
         if hint:
@@ -207,6 +213,12 @@ def check_floor_experiment(fn) -> str:
             )
         if len(set(curve)) == 1:
             return f"For {case} the loss never changes: take an optimiser step after each loss."
+        if predictions.count < steps:
+            return (
+                f"For {case} your code computed {predictions.count} predictions (softmaxes) for {steps} losses: a "
+                "curve written from a formula is not a measurement. Compute the loss of the current logits at "
+                "every step, then take an optimiser step."
+            )
         if steps < 10:
             if abs(curve[-1] - floor) < 1e-6:
                 return (

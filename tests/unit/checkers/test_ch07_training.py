@@ -153,7 +153,7 @@ def _experiment(V, e, steps, lr=0.1, smoothing=True, optimiser="adam", record_af
         (lambda V, e, n: [math.log(V)] * n, "never changes"),
         (
             lambda V, e, n: torch.linspace(math.log(V), tl.smoothing_floor(V, e), n).tolist(),
-            "ends exactly on the floor",
+            "written from a formula",
         ),
         (lambda V, e, n: _experiment(V, e, n, smoothing=False), "below the floor"),
         (lambda V, e, n: _experiment(V, e, n, lr=1e-3), "still above the floor"),

@@ -3,6 +3,8 @@ are given, or that only work while ids are one digit long. Each gets a hint that
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from _mutation import rejected
@@ -129,3 +131,11 @@ def test_every_spelling_of_the_fused_attention_is_refused(library):
 def test_counting_a_built_mask_is_refused_where_a_formula_is_asked(built):
     rejected(ex.check_allowed_count(built), "asks you to write it by hand")
     assert ex.check_allowed_count(lambda n: n * (n + 1) // 2) == ex.CORRECT
+
+
+def test_a_made_up_training_curve_is_named():
+    def drawn(V, eps, steps):  # starts at log V, decays to the floor: the right shape, no optimisation
+        floor = tl.smoothing_floor(V, eps)
+        return [floor + (math.log(V) - floor) * math.exp(-t / 20) for t in range(steps)]
+
+    rejected(ex.check_floor_experiment(drawn), "a curve written from a formula is not a measurement")
