@@ -108,6 +108,15 @@ def check_cached_rows(fn: Callable[[int, int], torch.Tensor]) -> str:
     return CORRECT
 
 
+def _ignores_entries(fn, mask: torch.Tensor, value: float) -> bool:
+    """fn gives `value` again for a mask of the same shape with other entries: it does not read them."""
+    other = torch.zeros_like(mask)
+    other[0, 0] = True  # one True entry: a fraction far from any formula's
+    again, hint = attempt(fn, other, case="another mask")
+    measured = _measured("the fraction", again) if hint is None else hint
+    return not isinstance(measured, str) and abs(measured[0] - value) < 1e-9
+
+
 def check_mask_fraction(fn) -> str:
     """Experiment: fn(mask) measures the fraction of a bool mask's entries that are True.
 
@@ -134,7 +143,7 @@ def check_mask_fraction(fn) -> str:
             return f"On {case} you measured the blocked entries ({value:.4f}); measure the allowed ones (True)."
         if abs(value - mask.sum().item()) < 1e-6:
             return f"On {case} that is the count of True entries; divide by the number of entries."
-        if abs(value - (n + 1) / (2 * n)) < 1e-6:
+        if abs(value - (n + 1) / (2 * n)) < 1e-6 and _ignores_entries(fn, mask, value):
             return f"On {case} you used the formula (n + 1) / 2n. Measure the fraction from the mask's entries."
         return f"On {case} the fraction of True entries is {want:.4f}, got {value:.4f}."
     return CORRECT

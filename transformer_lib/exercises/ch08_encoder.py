@@ -223,9 +223,24 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
                 return f"On {case}: that is a percentage ({value:.2f}); return the accuracy as a fraction."
             if abs(value - (1 - want)) <= 1.5 / len(ys):
                 return f"On {case}: that is the error rate ({value:.4f}), 1 - accuracy; return the accuracy."
+            on_all = _accuracy_without_head(model, x, y, layer, head)
+            if abs(value - on_all) < half and abs(want - on_all) > half:
+                return (
+                    f"On {case}: {value:.4f} is the accuracy on all the chapter's examples. The checker runs your "
+                    f"measurement on data of its own: measure on the {len(ys)} examples you are given (xs, ys)."
+                )
+            other = next(i for w, i in subsets if w != where).to(device)
+            other_want = _accuracy_without_head(model, x[other], y[other], layer, head)
+            again, _ = attempt(fn, model, x[other], y[other], layer, head, case=case)
+            if abs(other_want - want) > half and isinstance(_measured("", again), list) and float(again) == value:
+                return (
+                    f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}, and the same "
+                    "number again on other examples. The checker runs your measurement on data of its own, so "
+                    "it must measure, not return a number."
+                )
             return (
-                f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}. The checker runs "
-                "your measurement on data of its own, so it must measure, not return a number. Zero the head's "
-                "d_k columns of out_proj.weight, the part that reads its output."
+                f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}. Zero the head's "
+                "d_k columns of out_proj.weight (the part that reads its output), measure on the examples you "
+                "are given, then put the weights back."
             )
     return CORRECT

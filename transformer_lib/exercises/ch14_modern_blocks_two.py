@@ -348,7 +348,7 @@ def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> s
             )
         return (
             f"On {case} expected {[[round(v, 3) for v in row] for row in want.tolist()]}, got "
-            f"{[[round(v, 3) for v in row] for row in got.double().tolist()]}. Did you run the model in eval mode "
-            "(dropout off), on the ids you were given?"
+            f"{[[round(v, 3) for v in row] for row in got.double().tolist()]}. For each layer, count the share of "
+            "the routing choices (each token's top-k experts) that goes to each expert, on the ids you were given."
         )
     return CORRECT

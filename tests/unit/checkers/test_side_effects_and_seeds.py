@@ -139,3 +139,24 @@ def test_a_made_up_training_curve_is_named():
         return [floor + (math.log(V) - floor) * math.exp(-t / 20) for t in range(steps)]
 
     rejected(ex.check_floor_experiment(drawn), "a curve written from a formula is not a measurement")
+
+
+def test_hints_accuse_no_mistake_that_was_not_made():
+    """A measurement that reads the entries is never told it used the formula; a near-zero gradient is zero."""
+
+    def reads_entries_wrongly(mask):  # a measurement, off by one entry: not the formula
+        return (mask.sum().item() + 1) / mask.numel()
+
+    feedback = ex.check_mask_fraction(reads_entries_wrongly)
+    assert feedback != ex.CORRECT and "formula" not in feedback
+
+    def formula(mask):
+        n = mask.shape[0]
+        return (n + 1) / (2 * n)
+
+    rejected(ex.check_mask_fraction(formula), "you used the formula")
+
+    def tiny_gradient(d_k, scale, generator):
+        return 1e-9
+
+    rejected(ex.check_scaling_gradient(tiny_gradient), "as good as zero")
