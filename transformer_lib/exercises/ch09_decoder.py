@@ -251,6 +251,33 @@ def _logits(lm, tokens: torch.Tensor, causal: bool) -> torch.Tensor:
         return lm.head(lm.decoder(lm.pos(lm.embed(tokens)), tgt_mask=mask))
 
 
+def _leak_case(setting: tuple) -> tuple:
+    """(model, tokens (1, T), the new token, logits before and after the change by causal flag) of one setting."""
+    seed, vocab, d, h, n_layers, T, position = setting
+    lm = _lm(seed, vocab, d, h, n_layers)
+    tokens = torch.randint(1, vocab, (1, T), generator=torch.Generator().manual_seed(100 + seed))
+    new = int(tokens[0, position]) % (vocab - 1) + 1
+    changed = tokens.clone()
+    changed[0, position] = new
+    before = {c: _logits(lm, tokens, c) for c in (True, False)}
+    after = {c: _logits(lm, changed, c) for c in (True, False)}
+    return lm, tokens, new, before, after
+
+
+def _same_elsewhere(fn, setting: tuple, causal: bool, value: float) -> bool:
+    """fn returns `value` again on another setting, whose largest change differs: it measures nothing."""
+    lm, tokens, new, before, after = _leak_case(setting)
+    position = setting[-1]
+    want = (after[causal] - before[causal]).abs()[:, :position].max().item()
+    again, hint = attempt(fn, lm, tokens.clone(), position, new, causal, case="another setting")
+    measured = _measured("", again) if hint is None else hint
+    return (
+        not isinstance(measured, str)
+        and measured[0] == value
+        and not math.isclose(want, value, rel_tol=1e-3, abs_tol=1e-5)
+    )
+
+
 def check_future_leak(fn) -> str:
     """Experiment: fn(model, tokens, position, new_token, causal) measures the leak from a later token.
 
@@ -260,15 +287,8 @@ def check_future_leak(fn) -> str:
     with its own measurement: with the mask nothing moves, without it the earlier positions do.
     """
     settings = ((0, 10, 16, 2, 1, 8, 5), (1, 13, 24, 3, 2, 11, 3), (2, 7, 12, 4, 1, 9, 8), (3, 20, 16, 2, 2, 6, 1))
-    for seed, vocab, d, h, n_layers, T, position in settings:
-        lm = _lm(seed, vocab, d, h, n_layers)
-        g = torch.Generator().manual_seed(100 + seed)
-        tokens = torch.randint(1, vocab, (1, T), generator=g)
-        new = int(tokens[0, position]) % (vocab - 1) + 1
-        changed = tokens.clone()
-        changed[0, position] = new
-        before = {c: _logits(lm, tokens, c) for c in (True, False)}
-        after = {c: _logits(lm, changed, c) for c in (True, False)}
+    for index, (_, vocab, d, h, n_layers, T, position) in enumerate(settings):
+        lm, tokens, new, before, after = _leak_case(settings[index])
         for causal in (True, False):
             case = (
                 f"a model with vocab {vocab}, d_model {d}, {h} heads, {n_layers} layer(s), {T} tokens, "
@@ -313,14 +333,21 @@ def check_future_leak(fn) -> str:
                     value, wrong, rel_tol=1e-3, abs_tol=1e-5
                 ):
                     return f"On {case}: {named}"
+            if _same_elsewhere(fn, settings[(index + 1) % len(settings)], causal, value):
+                return (
+                    f"On {case} expected a largest change of {want:.4g}, got {value:.4g}, and the same number again "
+                    "on another model and other tokens. The checker runs your measurement on models and tokens of "
+                    "its own, so it must measure, not return a number."
+                )
             if causal:
                 return (
                     f"On {case}: with the causal mask the earlier positions should not move, got {value:.2e}. "
                     "Compare only positions before the token you change, in eval mode."
                 )
             return (
-                f"On {case} expected a largest change of {want:.4g}, got {value:.4g}. The checker runs your "
-                "measurement on models and tokens of its own, so it must measure, not return a number: run the "
-                "decoder with tgt_mask=None and change the token at `position` to new_token."
+                f"On {case} expected a largest change of {want:.4g}, got {value:.4g}. Run the model's parts twice "
+                "(tgt_mask=None when causal is False), the second time with new_token at `position`, and return "
+                "the largest absolute change of the logits before `position`. The checker uses models and tokens "
+                "of its own: a number typed in from the chapter cannot match."
             )
     return CORRECT

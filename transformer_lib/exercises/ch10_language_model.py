@@ -219,9 +219,21 @@ def check_temperature_loss(fn: Callable[[torch.Tensor, torch.Tensor, float], flo
         for wrong, named in mistakes:
             if not _close(wrong, want, rel=1e-4) and _close(value, wrong, rel=1e-4):
                 return f"On {case}: {named}"
+        # the same temperature on other logits: an answer that reads them gives another number
+        _, other_logits, other_targets, _ = next(c for c in _loss_cases() if c[1].shape != logits.shape)
+        other_want = F.cross_entropy(other_logits.double() / t, other_targets).item() / math.log(2)
+        again, _ = attempt(fn, other_logits.clone(), other_targets.clone(), t, case="other logits")
+        repeated = _measured("", again)
+        if not isinstance(repeated, str) and repeated[0] == value and not _close(other_want, value, rel=1e-4):
+            return (
+                f"On {case} expected {want:.4f} bits, got {value:.4f}, and the same number for other logits at that "
+                "temperature. The checker runs your measurement on logits of its own, so it must compute the loss, "
+                "not return a number."
+            )
         return (
-            f"On {case} expected {want:.4f} bits, got {value:.4f}. The checker runs your measurement on logits of its "
-            "own, so it must compute the loss, not return a number."
+            f"On {case} expected {want:.4f} bits, got {value:.4f}. Divide the logits by the temperature, take the "
+            "cross-entropy with the targets in nats, and convert to bits (divide by ln 2). The checker runs your "
+            "code on logits of its own: a number typed in from the chapter cannot match."
         )
     first = [v for case, v in results.items() if "(2000, 12)" in case]
     if not first[1] < min(first[0], first[2]):

@@ -160,3 +160,24 @@ def test_hints_accuse_no_mistake_that_was_not_made():
         return 1e-9
 
     rejected(ex.check_scaling_gradient(tiny_gradient), "as good as zero")
+
+
+def test_a_wrong_measurement_is_not_told_it_returned_a_number():
+    """'must measure, not return a number' only for answers that give the same number on other inputs."""
+
+    def measured_in_nats(logits, targets, temperature):  # a real measurement, in the wrong unit
+        return torch.nn.functional.cross_entropy(logits / temperature, targets).item() * 1.01
+
+    feedback = ex.check_temperature_loss(measured_in_nats)
+    assert feedback != ex.CORRECT and "not return a number" not in feedback
+
+    def leak_times_two(model, tokens, position, new_token, causal):
+        changed = tokens.clone()
+        changed[0, position] = new_token
+        mask = tl.causal_mask(tokens.shape[1]) if causal else None
+        with torch.no_grad():
+            a, b = (model.head(model.decoder(model.pos(model.embed(t)), tgt_mask=mask)) for t in (tokens, changed))
+        return 2 * (b[:, :position] - a[:, :position]).abs().max().item() + 1e-3
+
+    feedback = ex.check_future_leak(leak_times_two)
+    assert feedback != ex.CORRECT and "not return a number" not in feedback
