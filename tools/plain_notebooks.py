@@ -81,6 +81,37 @@ def _glossary(match: re.Match) -> str:
     return "\n".join(items)
 
 
+def _page(path: str) -> Path:
+    """The source file of a {doc} target, written relative to notebooks/ (``10_language_model``,
+    ``../book/conventions``)."""
+    base = (ROOT / "notebooks" / path).resolve()
+    for suffix in (".ipynb", ".md"):
+        if base.with_suffix(suffix).is_file():
+            return base.with_suffix(suffix)
+    raise ValueError(f"{{doc}} to {path!r}: no notebook or page of that name")
+
+
+def page_title(path: str) -> str:
+    """A page's own title, its first heading: what a reader of the Colab copy sees as the link."""
+    page = _page(path)
+    if page.suffix == ".ipynb":
+        cells = nbformat.read(page, as_version=4).cells
+        text = "\n".join("".join(c.source) for c in cells if c.cell_type == "markdown")
+    else:
+        text = page.read_text()
+    heading = re.search(r"^#\s+(.+)$", text, flags=re.M)
+    if heading is None:
+        raise ValueError(f"{page} has no heading to name it by")
+    return heading[1].strip()
+
+
+def page_url(path: str) -> str:
+    """The page's address on the book's website (``html.baseurl`` in _config.yml)."""
+    config = (ROOT / "_config.yml").read_text()
+    base = re.search(r"^\s*baseurl:\s*(\S+)", config, flags=re.M)[1].rstrip("/")
+    return f"{base}/{_page(path).relative_to(ROOT).with_suffix('.html').as_posix()}"
+
+
 def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str, str]]) -> str:
     """One markdown cell without MyST syntax."""
     text = ADMONITION.sub(_admonition, text)
@@ -100,9 +131,10 @@ def plain_markdown(text: str, figures: dict[str, int], bib: dict[str, tuple[str,
             if kind == "cite:t":
                 return "; ".join(f"{bib[k][0]} ({bib[k][1]})" for k in keys)
             return "(" + "; ".join(f"{bib[k][0]}, {bib[k][1]}" for k in keys) + ")"
-        if kind == "doc":  # {doc}`name` or {doc}`text <path/name>`: the text, or the page's name
+        if kind == "doc":  # {doc}`name` or {doc}`text <path/name>`: a link to the page on the website
             link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<path>[^>]+)>", target)
-            return link["text"] if link else target.split("/")[-1].replace("_", " ")
+            path = link["path"] if link else target
+            return f"[{link['text'] if link else page_title(path)}]({page_url(path)})"
         if kind == "ref":  # {ref}`text <label>`: a link to the anchor the label's line becomes, below
             link = re.fullmatch(r"(?P<text>.+?)\s*<(?P<label>[\w-]+)>", target)
             if link is None:

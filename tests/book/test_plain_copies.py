@@ -76,6 +76,26 @@ def test_conversion_of_each_construct():
     assert glossary == "A *head* and *Heads*.\n\n- **head**: One part of a layer.\n- **stream**: A sum."
 
 
+def test_a_page_reference_becomes_a_link_titled_as_the_page():
+    """{doc} names another chapter or page: the copy links it on the website, by its title, never by file name."""
+    site = "https://transformers-built-and-seen.github.io/transformers-built-and-seen"
+    plain = plain_notebooks.plain_markdown("the model of {doc}`10_language_model`.", {}, {})
+    assert plain == f"the model of [A language model on Shakespeare]({site}/notebooks/10_language_model.html)."
+    plain = plain_notebooks.plain_markdown("see {doc}`the page <../book/conventions>`", {}, {})
+    assert plain == f"see [the page]({site}/book/conventions.html)"
+    with pytest.raises(ValueError, match="no notebook or page"):
+        plain_notebooks.plain_markdown("{doc}`99_nothing`", {}, {})
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=IDS)
+def test_no_copy_names_a_chapter_by_its_file(path):
+    """'the model of 10 language model' was what a bare page name read like."""
+    copy = ROOT / "colab" / path.name
+    text = "".join("".join(c.source) for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "markdown")
+    names = [p.stem.replace("_", " ") for p in SOURCES]
+    assert not [n for n in names if re.search(rf"(?<![/\w]){re.escape(n)}(?![\w.])", text)]
+
+
 def test_the_bibliography_is_read_with_accents_and_et_al():
     assert BIB["vaswani2017attention"] == ("Vaswani et al.", "2017")
     assert BIB["press2017using"] == ("Press and Wolf", "2017")
