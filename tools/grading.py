@@ -75,6 +75,18 @@ def _nbgrader_check(ns, calls):
     import types
     import uuid
 
+    def initial_env():
+        """The environment the kernel started with (the grader's), which the notebook cannot change: os.environ can be
+        edited by the notebook, /proc/self/environ cannot."""
+        try:
+            with open("/proc/self/environ", "rb") as f:
+                pairs = [item.decode(errors="replace").split("=", 1) for item in f.read().split(b"\0") if b"=" in item]
+            return dict(pairs)
+        except OSError:  # not Linux: the live environment is all there is
+            return dict(os.environ)
+
+    started = initial_env()
+
     def code(obj):
         try:
             obj = getattr(obj, "__func__", obj)
@@ -125,6 +137,13 @@ def _nbgrader_check(ns, calls):
         spec = next(
             filter(None, (getattr(f, "find_spec", lambda *a: None)("transformer_lib", None) for f in sys.meta_path))
         )
+        private = started.get("PYTHONPATH", "").split(os.pathsep)[0] if started.get("TL_GRADING_REFERENCE") else ""
+        location = os.path.realpath(spec.origin or "")
+        if private and not location.startswith(os.path.realpath(private) + os.sep):
+            raise AssertionError(
+                f"{TAMPERED}: this notebook made Python find transformer_lib at {location}, not the grader's copy. The "
+                "exercise gets no points and the submission is flagged for the instructor."
+            )
         package = types.ModuleType(prefix)
         package.__path__ = list(spec.submodule_search_locations)
         sys.modules[prefix] = package
@@ -178,7 +197,9 @@ def _nbgrader_check(ns, calls):
                 found.append(where)
         # 3. library functions replaced, whatever the replacement is: notebook code (a function, a partial,
         # an object with __call__), or another library's callable (compared with a clean process's signatures)
-        path = os.environ.get("TL_GRADING_REFERENCE", "")
+        # the grader's reference, from the environment the kernel started with (a notebook cannot hide it there);
+        # os.environ only where the kernel started without one (the check called directly, outside a grading run)
+        path = started.get("TL_GRADING_REFERENCE") or os.environ.get("TL_GRADING_REFERENCE", "")
         signatures = json.load(open(path)) if path and os.path.exists(path) else {}
         for label, space in spaces():
             for attr, obj in list(space.items()):

@@ -321,3 +321,51 @@ def test_the_file_reader_flags_exactly_what_was_replaced():
     names = {"check_future_mask", "check_allowed_count", "check_cached_rows"}
     found = grading._static_findings(nbformat.v4.new_notebook(cells=[cell]), names)
     assert sorted(target for target, _ in found) == ["CORRECT", "check_cached_rows", "check_future_mask"], found
+
+
+_REDIRECT = """
+import json, os, pathlib, sys
+space = {}
+exec(open(sys.argv[1]).read(), space)
+check = space["_nbgrader_check"]
+fake = pathlib.Path(sys.argv[2]) / "transformer_lib"
+(fake / "exercises").mkdir(parents=True)
+(fake / "__init__.py").write_text("")
+(fake / "exercises" / "__init__.py").write_text("CORRECT = 'Correct!'\\ndef check_future_mask(*a): return CORRECT\\n")
+for name in [n for n in sys.modules if n.startswith("transformer_lib")]:
+    del sys.modules[name]
+sys.path.insert(0, sys.argv[2])  # the notebook points Python at a package of its own
+os.environ.pop("TL_GRADING_REFERENCE")  # and hides the grader's reference from os.environ
+import transformer_lib as tl
+try:
+    check({"tl": tl, "answer": None}, [("check_future_mask", ["answer"], {})])
+    print("PASSED")
+except AssertionError as error:
+    print(str(error))
+"""
+
+
+def test_the_hidden_check_reads_the_environment_the_kernel_started_with(tmp_path):
+    """A notebook that puts a fake transformer_lib first on sys.path (and edits os.environ) is flagged: the check
+    reads where the grader's copy is from the environment the kernel started with, which a notebook cannot edit."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    guard = tmp_path / "guard.py"
+    guard.write_text(grading._GUARD)
+    private = tmp_path / "lib"
+    shutil.copytree(Path(grading.__file__).parents[1] / "transformer_lib", private / "transformer_lib")
+    (tmp_path / "reference.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH=str(private), TL_GRADING_REFERENCE=str(tmp_path / "reference.json"))
+    out = subprocess.run(
+        [sys.executable, "-c", _REDIRECT, str(guard), str(tmp_path / "fake")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
+    assert "TAMPERED: this notebook made Python find transformer_lib at" in out, out
+    assert str(tmp_path / "fake") in out
