@@ -1,4 +1,5 @@
-"""What every checker shares: the verdicts, the student edition's friendly error, tensor comparisons."""
+"""What every checker shares: the verdicts, the student edition's friendly error, running the learner's code
+(`attempt`: errors, side effects, refusals). Comparing answers is `_match`'s."""
 
 from __future__ import annotations
 
@@ -20,14 +21,6 @@ class NotYetDone(NotImplementedError):
 
     def __init__(self, exercise: str = "this exercise"):
         super().__init__(f"{exercise} is not done yet. Write your answer in its cell, run it, then run the checker.")
-
-
-def _shape(t) -> str:
-    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
-
-
-def _close(a, b, atol=1e-5) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol)
 
 
 def _measured(what: str, *results) -> list[float] | str:

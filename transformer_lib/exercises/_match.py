@@ -1,4 +1,9 @@
-"""Helpers of the checkers of chapters 07-12: compare an answer with the right one and with known mistakes."""
+"""The one comparison module of the checkers: compare an answer with the right one and with known mistakes.
+
+`_close` (float32, the checkers of chapters 0 to 6) and `same` (float64, NaN equal to NaN, the later
+ones) differ only in precision; `tensor_problem` words a wrong type or shape, `first_mistake` names the
+first known mistake an answer equals, `number` reads a scalar answer.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,14 @@ from collections.abc import Iterable
 
 import torch
 
-from ._common import _shape
+
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _close(a, b, atol=1e-5) -> bool:
+    """a is a tensor of b's shape whose values match b's in float32 (allclose's rtol, this atol)."""
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol)
 
 
 def same(got, want: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> bool:
@@ -49,6 +61,11 @@ def first_mistake(got, want, mistakes: Iterable[tuple[object, str]], atol: float
             if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-12):
                 return hint
     return None
+
+
+def near(a: float, b: float, rel: float = 1e-6) -> bool:
+    """Two numbers equal to a relative tolerance (a must be finite)."""
+    return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
 def number(got) -> float | None:

@@ -8,7 +8,8 @@ import torch
 
 from .. import masks
 from ..masks import causal_mask
-from ._common import CORRECT, _measured, _seeded, _shape, aten_ops, attempt, refusing
+from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._match import _shape
 
 __all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 

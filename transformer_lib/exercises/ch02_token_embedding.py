@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from ..positional import sinusoidal_encoding
 from ..tasks import pad_sequences
-from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
+from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._match import _close, _shape
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 

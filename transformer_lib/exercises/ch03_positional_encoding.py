@@ -9,7 +9,8 @@ import torch
 
 from ..encoder import EncoderLayer
 from ..positional import sinusoidal_encoding
-from ._common import CORRECT, _close, _measured, _seeded, _shape, attempt
+from ._common import CORRECT, _measured, _seeded, attempt
+from ._match import _close, _shape
 
 __all__ = ["check_encoding", "check_self_similarity", "check_wavelength", "check_permutation_gap"]
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import fused_attention, scaled_dot_product_attention
-from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
+from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._match import _close, _shape
 
 __all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
 

@@ -8,7 +8,8 @@ import torch
 
 from ..encoder import EncoderLayer
 from ..masks import causal_mask, padding_mask, target_mask
-from ._common import CORRECT, _measured, _seeded, _shape, attempt
+from ._common import CORRECT, _measured, _seeded, attempt
+from ._match import _shape
 
 __all__ = ["check_padding_mask", "check_target_mask", "check_masks_needed", "check_padding_ablation"]
 

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from ..encoder import Encoder
 from ..layers import LayerNorm
 from ..utils import set_seed
-from ._common import CORRECT, _close, _measured, _seeded, _shape, aten_ops, attempt, refusing
+from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._match import _close, _shape
 
 __all__ = ["check_layer_norm", "check_pre_ln", "check_batch_norm_mean", "check_depth_growth"]
 

@@ -8,12 +8,9 @@ import torch
 
 from ..training import noam_rate, smoothing_floor
 from ._common import CORRECT, _measured, aten_ops, attempt, counting_ops
+from ._match import near as _close
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
-
-
-def _close(a: float, b: float, rel: float = 1e-6) -> bool:
-    return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
 _NOAM_MISTAKES = [

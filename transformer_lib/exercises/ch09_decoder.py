@@ -7,7 +7,8 @@ import math
 import torch
 
 from ..masks import causal_mask
-from ._common import CORRECT, _measured, _shape, attempt
+from ._common import CORRECT, _measured, attempt
+from ._match import _shape
 
 __all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
 

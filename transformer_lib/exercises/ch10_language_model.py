@@ -9,13 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from ._common import CORRECT, _measured, attempt
+from ._match import near as _close
 from ._match import tensor_problem
 
 __all__ = ["check_bits_per_char", "check_nucleus_set", "check_temperature_loss"]
-
-
-def _close(a: float, b: float, rel: float = 1e-6) -> bool:
-    return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
 def check_bits_per_char(fn: Callable[[float, int, int], float]) -> str:
