@@ -40,6 +40,9 @@ __all__ = [
     "zero_heads",
     "mean_heads",
     "patch",
+    "head_circuits",
+    "composition_score",
+    "ov_copying",
 ]
 
 _Edit = Callable[[torch.Tensor], torch.Tensor]
@@ -174,6 +177,68 @@ def logit_lens(model: nn.Module, cache: dict[str, torch.Tensor]) -> torch.Tensor
     with torch.no_grad():
         streams = [cache[f"decoder.layers.{i}.resid_post"] for i in range(len(model.decoder.layers))]
         return torch.stack([model.head(norm(x)) for x in streams])  # (L, B, T, V)
+
+
+def head_circuits(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The QK and OV circuits of every head of a DecoderOnlyLM's layer: two (h, d, d) tensors, read off the weights.
+
+    QK[h] = W_Q^T W_K: head h's score between a query vector x and a key vector y is x^T QK[h] y / sqrt(d_k)
+    (biases aside). OV[h] = W_O W_V: attending to y, head h adds OV[h] y to the residual stream. The
+    gain of the norm in front of the attention (pre-LN) scales each feature it reads, so it is folded
+    into W_Q, W_K and W_V; the norm's centring and scaling by the vector's size are not (Elhage et al. 2021
+    read circuits the same way). Grouped-query heads are read through the key-value head they share.
+    """
+    from .models import DecoderOnlyLM
+
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"head_circuits reads a DecoderOnlyLM's weights, got {type(model).__name__}")
+    block = model.decoder.layers[layer]
+    attn = block.self_attn
+    h, d_k = attn.num_heads, attn.d_k
+    gain = block.attn_norm.weight.detach() if model.config.norm_first else torch.ones(attn.d_model)
+    with torch.no_grad():
+        group = h // attn.num_kv_heads  # query heads per key-value head
+        w_q = (attn.q_proj.weight * gain).view(h, d_k, -1)  # (h, d_k, d)
+        w_k = (attn.k_proj.weight * gain).view(-1, d_k, attn.d_model).repeat_interleave(group, 0)  # (h, d_k, d)
+        w_v = (attn.v_proj.weight * gain).view(-1, d_k, attn.d_model).repeat_interleave(group, 0)  # (h, d_k, d)
+        w_o = attn.out_proj.weight.view(attn.d_model, h, d_k).transpose(0, 1)  # (h, d, d_k): the columns reading head h
+        return w_q.transpose(1, 2) @ w_k, w_o @ w_v  # (h, d, d) each
+
+
+def composition_score(reader: torch.Tensor, writer: torch.Tensor) -> torch.Tensor:
+    """How much a later head reads what an earlier one writes: ||reader @ writer||_F / (||reader||_F ||writer||_F).
+
+    reader (..., d, d): a circuit of the later head (its QK circuit for K-composition, where the keys
+    read the earlier head's output; its QK transposed for Q-composition); writer (..., d, d): the
+    earlier head's OV circuit. Broadcasts over leading dimensions. 1 when the reader reads exactly
+    the directions the writer writes, 0 when it ignores them (Elhage et al. 2021).
+    """
+    if reader.dim() < 2 or writer.dim() < 2 or reader.shape[-1] != writer.shape[-2]:
+        raise ValueError(f"reader (..., d, d) and writer (..., d, d) must chain, got {tuple(reader.shape)} and "
+                         f"{tuple(writer.shape)}")  # fmt: skip
+    norms = torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(writer)
+    return torch.linalg.matrix_norm(reader @ writer) / norms
+
+
+def ov_copying(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Does each head of a layer copy the token it attends to into the logits? -> (eigenvalue share (h,), hits (h,)).
+
+    The full OV circuit W_U diag(g) OV[h] W_E^T (V, V) maps a token the head attends to (a column) to
+    what it adds to every token's logit; W_E is the token table, W_U the output layer and g the final
+    norm's gain. A copying head raises the attended token's own logit: its eigenvalues are mostly
+    positive, and the share sum(eigenvalues) / sum(|eigenvalues|) is near 1 (-1 for a head that
+    suppresses its token). `hits` is the fraction of tokens whose own logit rises most in their column.
+    """
+    _, ov = head_circuits(model, layer)  # (h, d, d)
+    norm = model.decoder.norm
+    gain = norm.weight.detach() if norm is not None else torch.ones(ov.shape[-1], device=ov.device)
+    with torch.no_grad():
+        full = (model.head.weight * gain) @ ov @ model.embed.weight.T  # (h, V, V): column t = token t attended to
+        eig = torch.linalg.eigvals(full.double().cpu())  # (h, V), complex
+        share = eig.real.sum(-1) / eig.abs().sum(-1)  # (h,)
+        vocab = torch.arange(full.shape[-1], device=full.device)
+        hits = (full.argmax(-2) == vocab).float().mean(-1)  # (h,): own logit the largest in its column
+    return share.float().to(ov.device), hits
 
 
 def head_scores(pattern: torch.Tensor, offset: int) -> torch.Tensor:

@@ -241,3 +241,60 @@ def test_an_attention_only_model_has_no_feed_forward_and_its_stream_is_embedding
     assert torch.allclose(inside.logit_lens(model, cache)[-1], logits, atol=1e-6)
     with pytest.raises(ValueError, match="attention_only must be True or False"):
         tl.TransformerConfig(attention_only=1)
+
+
+def _circuit_model():
+    torch.manual_seed(3)
+    model = tl.DecoderOnlyLM(vocab_size=11, d_model=16, num_heads=4, num_layers=2, d_ff=32, dropout=0.0,
+                             norm="rms", bias=False, norm_first=True, positional="learned").eval()  # fmt: skip
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.norm1.weight.uniform_(0.5, 2.0)  # a gain that matters, folded into the circuits
+    return model
+
+
+def test_the_qk_and_ov_circuits_give_the_heads_scores_and_outputs():
+    model = _circuit_model()
+    tokens = torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(1))
+    _, cache = inside.run_with_cache(model, tokens)
+    qk, ov = inside.head_circuits(model, 1)
+    assert qk.shape == ov.shape == (4, 16, 16)
+    x = cache["decoder.layers.1.resid_pre"]  # (B, T, d)
+    unit = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + model.config.eps)  # RMSNorm without its gain
+    scores = torch.einsum("btd,hde,bse->bhts", unit, qk, unit) / 4**0.5  # (B, h, T, T), d_k = 4
+    scores = scores.masked_fill(~tl.causal_mask(7), float("-inf"))
+    torch.testing.assert_close(scores.softmax(-1), cache["decoder.layers.1.self_attn.pattern"], atol=1e-5, rtol=0)
+    written = torch.einsum("bhts,hde,bse->bhtd", cache["decoder.layers.1.self_attn.pattern"], ov, unit)
+    by_head = inside.head_contributions(model, cache, "decoder.layers.1.self_attn.heads")  # (B, T, h, d)
+    torch.testing.assert_close(written.transpose(1, 2), by_head, atol=1e-5, rtol=0)
+
+
+def test_composition_score_is_one_for_a_reader_of_what_is_written_and_zero_for_none():
+    u, v, w = torch.randn(8, 1), torch.randn(8, 1), torch.randn(8, 1)
+    reader, writer = u @ v.T, v @ w.T  # reads exactly the direction v the writer writes
+    assert float(inside.composition_score(reader, writer)) == pytest.approx(1.0, abs=1e-5)
+    other = torch.linalg.qr(torch.cat([v, torch.randn(8, 1)], 1))[0][:, 1:]  # a direction orthogonal to v
+    assert float(inside.composition_score(u @ other.T, writer)) == pytest.approx(0.0, abs=1e-6)
+    a, b = torch.randn(3, 8, 8), torch.randn(8, 8)
+    torch.testing.assert_close(inside.composition_score(5 * a, b / 7), inside.composition_score(a, b))
+    assert inside.composition_score(a, b).shape == (3,)
+    with pytest.raises(ValueError, match="must chain"):
+        inside.composition_score(torch.randn(4, 5), torch.randn(4, 5))
+
+
+def test_ov_copying_tells_a_copying_head_from_a_suppressing_one():
+    model = tl.DecoderOnlyLM(vocab_size=8, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0,
+                             norm_first=True, tie_embeddings=True, attention_only=True).eval()  # fmt: skip
+    eye = torch.eye(8)
+    with torch.no_grad():
+        model.embed.table.weight.copy_(torch.cat([eye, torch.zeros(8, 8)], 1))  # token t: the unit vector e_t
+        attn = model.decoder.layers[0].self_attn
+        attn.v_proj.weight.zero_()
+        attn.v_proj.weight[:8, :8] = eye  # head 0 reads dimensions 0..7, head 1 too (its rows repeat them)
+        attn.v_proj.weight[8:, :8] = eye
+        attn.out_proj.weight.zero_()
+        attn.out_proj.weight[:8, :8] = eye  # head 0 writes them back
+        attn.out_proj.weight[:8, 8:] = -eye  # head 1 writes them back negated
+    share, hits = inside.ov_copying(model, 0)
+    torch.testing.assert_close(share, torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(hits, torch.tensor([1.0, 0.0]))
