@@ -20,7 +20,12 @@ from .ch09_decoder import check_future_leak, check_kv_cache_bytes, check_sample,
 from .ch10_language_model import check_bits_per_char, check_nucleus_set, check_temperature_loss
 from .ch11_transformer import check_greedy, check_loss_positions, check_memory_ablation, check_shift
 from .ch12_modern_blocks import check_position_accuracy, check_rms_norm, check_rotary
-from .ch13_inside import check_find_induction_heads, check_head_contributions, check_induction_scores
+from .ch13_inside import (
+    check_composition_score,
+    check_find_induction_heads,
+    check_head_contributions,
+    check_induction_scores,
+)
 from .ch14_modern_blocks_two import check_expert_use, check_int8_rows, check_rotary_rows, check_top_k_gates
 
 __all__ = [
@@ -77,6 +82,7 @@ __all__ = [
     "check_head_contributions",
     "check_induction_scores",
     "check_find_induction_heads",
+    "check_composition_score",
     "check_rotary_rows",
     "check_top_k_gates",
     "check_int8_rows",

@@ -7,10 +7,15 @@ from collections.abc import Callable
 import torch
 
 from .. import inside, surgery
-from ._common import CORRECT, _seeded, attempt
+from ._common import CORRECT, _measured, _seeded, attempt
 from ._match import first_mistake, same, tensor_problem
 
-__all__ = ["check_head_contributions", "check_induction_scores", "check_find_induction_heads"]
+__all__ = [
+    "check_head_contributions",
+    "check_induction_scores",
+    "check_find_induction_heads",
+    "check_composition_score",
+]
 
 
 # ---- Exercise 1: what each head writes into the residual stream ---------------------------------
@@ -416,5 +421,70 @@ def check_find_induction_heads(fn: Callable, model: torch.nn.Module) -> str:
         return (
             f"On {case}: expected the heads {want}, got {pairs}. Capture every layer's attention pattern on the "
             "tokens you are given, score each head with tl.inside.induction_scores, and keep those above 0.5."
+        )
+    return CORRECT
+
+
+# ---- Exercise 4: the composition score ------------------------------------------------------------
+
+
+def _composition(reader: torch.Tensor, writer: torch.Tensor, order: str = "fro") -> float:
+    r, w = reader.double(), writer.double()
+    n = torch.linalg.matrix_norm
+    return float(n(r @ w, ord=order) / (n(r, ord=order) * n(w, ord=order)))
+
+
+def check_composition_score(fn: Callable[[torch.Tensor, torch.Tensor], float]) -> str:
+    """fn(reader (d, d), writer (d, d)) -> ||reader @ writer||_F / (||reader||_F ||writer||_F), a number.
+
+    Written by hand: tl.inside.composition_score refuses to run. The cases have several widths,
+    circuits of low rank (as a head's are), a pair where the reader reads exactly what the writer
+    writes, and matrices whose products in the two orders differ.
+    """
+    g = _seeded(41)
+    cases = []
+    for d, rank in ((8, 8), (16, 4), (5, 2)):
+        reader = torch.randn(d, rank, generator=g) @ torch.randn(rank, d, generator=g)
+        writer = torch.randn(d, rank, generator=g) @ torch.randn(rank, d, generator=g) * 3.0
+        cases.append((f"a reader and a writer of shape {(d, d)} and rank {rank}", reader, writer))
+    u, v, w = (torch.randn(6, 1, generator=g) for _ in range(3))
+    cases.append(("a reader that reads exactly the one direction the writer writes", u @ v.T, v @ w.T))
+    for case, reader, writer in cases:
+        got, hint = attempt(
+            fn,
+            reader.clone(),
+            writer.clone(),
+            case=case,
+            forbidden=(inside.composition_score,),
+            names="tl.inside.composition_score",
+        )
+        if hint:
+            return hint
+        measured = _measured("the score", got)
+        if isinstance(measured, str):
+            return measured
+        value, want = measured[0], _composition(reader, writer)
+        if abs(value - want) <= 1e-4 * max(1.0, abs(want)):
+            continue
+        r, w = reader.double(), writer.double()
+        n = torch.linalg.matrix_norm
+        mistakes = [
+            (_composition(writer, reader), "The product is reader @ writer: the reader reads what the writer writes."),
+            (float(n(r @ w)), "Divide by the norms of the reader and of the writer: the score is a ratio."),
+            (float(n(r @ w) / n(r)), "Divide by both norms, the writer's too."),
+            (float(n(r @ w) / n(w)), "Divide by both norms, the reader's too."),
+            (_composition(reader, writer, order=2), "Use the Frobenius norm (the default of matrix_norm), not ord=2."),
+            (want**2, "That is the square of the score: take the norms, not the sums of squares."),
+            (
+                float((r * w).sum() / (n(r) * n(w))),
+                "That multiplies the matrices element by element: the score needs the matrix product, reader @ writer.",
+            ),
+        ]
+        found = first_mistake(value, want, mistakes)
+        if found:
+            return f"On {case}: {found}"
+        return (
+            f"On {case} expected {want:.4f}, got {value:.4f}: the Frobenius norm of reader @ writer over the "
+            "product of their Frobenius norms."
         )
     return CORRECT

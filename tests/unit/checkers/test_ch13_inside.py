@@ -264,3 +264,42 @@ def test_stubs_are_not_answered_and_a_student_stub_raises_a_friendly_error(induc
         assert check(lambda *args: None).startswith("Not answered yet")
         with pytest.raises(tl.NotYetDone, match="exercise 13 is not done yet"):
             check(student_stub)
+
+
+# ---- Exercise 4: the composition score ------------------------------------------------------------
+
+
+def _score(r, w):
+    return (torch.linalg.matrix_norm(r @ w) / (torch.linalg.matrix_norm(r) * torch.linalg.matrix_norm(w))).item()
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (lambda r, w: _score(w, r), "reader @ writer"),
+        (lambda r, w: torch.linalg.matrix_norm(r @ w).item(), "the score is a ratio"),
+        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(r)).item(), "the writer's too"),
+        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(w)).item(), "the reader's too"),
+        (
+            lambda r, w: (
+                torch.linalg.matrix_norm(r @ w, ord=2)
+                / (torch.linalg.matrix_norm(r, ord=2) * torch.linalg.matrix_norm(w, ord=2))
+            ).item(),
+            "Frobenius",
+        ),
+        (lambda r, w: _score(r, w) ** 2, "square of the score"),
+        (lambda r, w: ((r * w).sum() / (r.norm() * w.norm())).item(), "element by element"),
+        (lambda r, w: tl.inside.composition_score(r, w), "write it by hand"),
+        (lambda r, w: 0.5, "expected"),
+        (lambda r, w: "high", "as a number"),
+    ],
+)
+def test_composition_score_names_the_mistake(wrong, phrase):
+    rejected(ex.check_composition_score(wrong), phrase)
+
+
+def test_composition_score_accepts_other_routes():
+    assert ex.check_composition_score(_score) == ex.CORRECT
+    assert ex.check_composition_score(lambda r, w: torch.tensor(_score(r, w))) == ex.CORRECT
+    by_trace = lambda r, w: float(torch.trace((r @ w).T @ (r @ w)).sqrt() / ((r**2).sum().sqrt() * w.norm()))  # noqa: E731
+    assert ex.check_composition_score(by_trace) == ex.CORRECT
