@@ -206,12 +206,12 @@ def head_circuits(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def composition_score(reader: torch.Tensor, writer: torch.Tensor) -> torch.Tensor:
-    """How much a later head reads what an earlier one writes: ||reader @ writer||_F / (||reader||_F ||writer||_F).
+    """How much a later head reads what an earlier one writes: ``norm(reader @ writer) / (norm(reader) norm(writer))``.
 
     reader (..., d, d): a circuit of the later head (its QK circuit for K-composition, where the keys
     read the earlier head's output; its QK transposed for Q-composition); writer (..., d, d): the
     earlier head's OV circuit. Broadcasts over leading dimensions. 1 when the reader reads exactly
-    the directions the writer writes, 0 when it ignores them (Elhage et al. 2021).
+    the directions the writer writes, 0 when it ignores them (Elhage et al. 2021). The norms are Frobenius norms.
     """
     if reader.dim() < 2 or writer.dim() < 2 or reader.shape[-1] != writer.shape[-2]:
         raise ValueError(f"reader (..., d, d) and writer (..., d, d) must chain, got {tuple(reader.shape)} and "
@@ -226,7 +226,7 @@ def ov_copying(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor
     The full OV circuit W_U diag(g) OV[h] W_E^T (V, V) maps a token the head attends to (a column) to
     what it adds to every token's logit; W_E is the token table, W_U the output layer and g the final
     norm's gain. A copying head raises the attended token's own logit: its eigenvalues are mostly
-    positive, and the share sum(eigenvalues) / sum(|eigenvalues|) is near 1 (-1 for a head that
+    positive, and the share ``sum(eigenvalues) / sum(abs(eigenvalues))`` is near 1 (-1 for a head that
     suppresses its token). `hits` is the fraction of tokens whose own logit rises most in their column.
     """
     _, ov = head_circuits(model, layer)  # (h, d, d)
