@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -171,7 +172,9 @@ def check_floor_experiment(fn) -> str:
     settings = [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]
     for V, eps, steps in settings:
         case = f"vocab_size={V}, smoothing={eps}, steps={steps}"
-        predictions = counting_ops(_PREDICTIONS)
+        # counted on the short run only: a dispatch mode costs time per operation, and a curve drawn from a formula
+        # computes no softmax in any run
+        predictions = counting_ops(_PREDICTIONS) if steps < 10 else contextlib.nullcontext()
         with torch.random.fork_rng(), predictions:
             torch.manual_seed(V)
             got, hint = attempt(fn, V, eps, steps, case=case)
@@ -210,7 +213,7 @@ def check_floor_experiment(fn) -> str:
             )
         if len(set(curve)) == 1:
             return f"For {case} the loss never changes: take an optimiser step after each loss."
-        if predictions.count < steps:
+        if steps < 10 and predictions.count < steps:
             return (
                 f"For {case} your code computed {predictions.count} predictions (softmaxes) for {steps} losses: a "
                 "curve written from a formula is not a measurement. Compute the loss of the current logits at "
