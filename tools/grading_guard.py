@@ -247,7 +247,10 @@ class Guard:
         self.reference.write_text(json.dumps(reference, sort_keys=True))
         self.template = self.tmp / "gradebook.db"
         _empty_gradebook(self.course / "gradebook.db", self.template)
-        roots = [self.course, self.package, self.submissions, ROOT / "tools"]
+        # the grader's own snapshot is watched too: every later submission's private package, reference and
+        # gradebook are copied from it, and a kernel can reach it (it sits a few folders above its own run)
+        shared = [self.pristine.parent, self.reference, self.template]
+        roots = [self.course, self.package, self.submissions, ROOT / "tools", *shared]
         self.watched = [r for i, r in enumerate(roots) if r not in roots[:i]]
         paths = sysconfig.get_paths()
         self.environment = sorted({Path(paths["purelib"]), Path(paths["platlib"])})

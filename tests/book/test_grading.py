@@ -110,7 +110,8 @@ def _class(course: Path, out: Path) -> dict[str, dict[str, float]]:
     submit("redefines_in_namespace", dict.fromkeys(ids.values(), 0.0), answers={second: solved[second].source + own})
 
     # graded first (by name): makes its own copy of the checkers always say Correct, writes to the real
-    # package's files, breaks the gradebook, hands in a full marks notebook for all_stubs and adds a student
+    # package's files and to the grader's snapshot that later students' copies come from, breaks the gradebook,
+    # hands in a full marks notebook for all_stubs and adds a student
     course_dir, package, other = course.resolve(), grading_guard.package_dir(), out.resolve() / "all_stubs"
     full_marks = out.resolve() / "all_correct" / f"{CHAPTER}.ipynb"
     collected = course_dir / "submitted" / "all_stubs" / CHAPTER / f"{CHAPTER}.ipynb"
@@ -128,6 +129,15 @@ pathlib.Path({str(course_dir / "gradebook.db")!r}).write_bytes(b"not a gradebook
 full = {str(full_marks)!r}
 for theirs in [{str(other / f"{CHAPTER}.ipynb")!r}, {str(collected)!r}]:
     shutil.copy(full, theirs)
+# the grader's snapshot, from which every later submission's private package is copied: two folders above the
+# kernel's own run, which the environment names
+import os
+snapshot = pathlib.Path(os.environ["TL_GRADING_REFERENCE"]).parents[2]
+assert (snapshot / "pristine").is_dir(), snapshot
+with open(snapshot / "pristine" / "transformer_lib" / "exercises" / "ch00_template.py", "a") as f:
+    f.write("\\nfor _n in __all__:\\n    globals()[_n] = lambda *a, **k: CORRECT\\n")
+(snapshot / "reference.json").write_text("{{}}")  # no signatures: replaced library functions would pass
+(snapshot / "gradebook.db").write_bytes(b"not a gradebook")
 ghost = pathlib.Path({str(out.resolve() / "zz_ghost")!r})
 ghost.mkdir()
 shutil.copy(full, ghost / "{CHAPTER}.ipynb")
@@ -212,7 +222,16 @@ def test_a_simulated_class_is_graded_exactly(tmp_path):
     first_id = _first_id(course)
     assert rows["one_checker_setattr"]["flagged"] == f"TAMPERED: {first_id}", rows["one_checker_setattr"]
     writes = rows["aa_writes_files"]["flagged"]
-    for written in ["ch00_template.py", "__init__.py", "gradebook.db", "all_stubs", "zz_ghost", "lib/transformer_lib"]:
+    for written in [
+        "ch00_template.py",
+        "__init__.py",
+        "gradebook.db",
+        "all_stubs",
+        "zz_ghost",
+        "lib/transformer_lib",
+        "pristine/transformer_lib/exercises/ch00_template.py",
+        "reference.json",
+    ]:
         assert written in writes, (written, writes)
     assert "Yes" in rows["callable_patch"]["flagged"] or "torch.equal" in _feedback(course, "callable_patch")
     assert "kernel died at exercise 3" in rows["kernel_dies"]["note"], rows["kernel_dies"]

@@ -303,3 +303,11 @@ def test_composition_score_accepts_other_routes():
     assert ex.check_composition_score(lambda r, w: torch.tensor(_score(r, w))) == ex.CORRECT
     by_trace = lambda r, w: float(torch.trace((r @ w).T @ (r @ w)).sqrt() / ((r**2).sum().sqrt() * w.norm()))  # noqa: E731
     assert ex.check_composition_score(by_trace) == ex.CORRECT
+
+
+def test_composition_score_right_for_one_input_only_is_rejected():
+    """1.0 is right only where the reader reads exactly what the writer writes; a score fitted to the square,
+    full-rank case only fails on low-rank circuits."""
+    rejected(ex.check_composition_score(lambda r, w: 1.0), "expected")
+    only_full_rank = lambda r, w: _score(r, w) if torch.linalg.matrix_rank(r) == r.shape[0] else 0.3  # noqa: E731
+    rejected(ex.check_composition_score(only_full_rank), "rank 4")
