@@ -1,10 +1,19 @@
 """What every checker shares: the verdicts, the student edition's friendly error, running the learner's code
-(`attempt`: errors, side effects, refusals). Comparing answers is `_match`'s."""
+(`run`: errors, side effects, refusals) and reading a measurement (`measure`, `reproducible`). Comparing
+answers is `_match`'s.
+
+A checker is a function decorated with `@checker`. It returns `CORRECT`, or a `Verdict`: a string (the
+hint the learner reads) that carries `.mistake`, the id of the mistake it recognised. Anything below a
+checker may `raise Wrong(mistake, hint)` instead; the decorator turns it into that verdict. The tests
+assert ids, so a hint can be reworded without touching them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -16,6 +25,43 @@ CORRECT = "Correct!"
 _TODO = "Not answered yet: write your answer in the exercise cell, run it, then run this cell again."
 
 
+class Verdict(str):
+    """A checker's "not yet": reads as its hint, and `.mistake` is the id of the mistake it names."""
+
+    mistake: str
+
+    def __new__(cls, mistake: str, hint: str) -> Verdict:
+        verdict = super().__new__(cls, hint)
+        verdict.mistake = mistake
+        return verdict
+
+
+class Wrong(Exception):
+    """Raised below a checker: the checker's verdict is this one (see `checker`)."""
+
+    def __init__(self, mistake: str, hint: str):
+        super().__init__(hint)
+        self.verdict = Verdict(mistake, hint)
+
+
+def checker(check: Callable[..., str]) -> Callable[..., str]:
+    """Decorate a checker: a `Wrong` raised while it runs becomes its verdict."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs) -> str:
+        try:
+            return check(*args, **kwargs)
+        except Wrong as wrong:
+            return wrong.verdict
+
+    return checked
+
+
+def no(mistake: str, hint: str) -> Verdict:
+    """The verdict naming `mistake` (an id, e.g. "unscaled"; "other" for the generic last resort), with its hint."""
+    return Verdict(mistake, hint)
+
+
 class NotYetDone(NotImplementedError):
     """Raised by an exercise stub in the student edition: the exercise is still to be done."""
 
@@ -23,19 +69,41 @@ class NotYetDone(NotImplementedError):
         super().__init__(f"{exercise} is not done yet. Write your answer in its cell, run it, then run the checker.")
 
 
-def _measured(what: str, *results) -> list[float] | str:
-    """An experiment's results as floats, or the feedback to give instead of checking them.
+def measure(what: str, *results) -> list[float]:
+    """An experiment's results as floats; raise the verdict to give instead of checking them.
 
-    A result that is None means the exercise is not answered yet; one that is not a number (a
-    tensor of one element counts) gets a hint that names `what` should have been returned.
+    A result that is None means the exercise is not answered yet ("todo"); one that is not a number
+    (a tensor of one element counts) gets a hint that names `what` should have been returned.
     """
     if any(r is None for r in results):
-        return _TODO
+        raise Wrong("todo", _TODO)
     try:
         return [float(r) for r in results]
     except (TypeError, ValueError, RuntimeError):
         got = " and ".join(type(r).__name__ for r in results)
-        return f"Return {what} as a number, got {got}."
+        raise Wrong("not-a-number", f"Return {what} as a number, got {got}.") from None
+
+
+def reproducible(fn: Callable, first: float, again: tuple, other: tuple, *, case: str, what: str, draw: str) -> None:
+    """A seeded experiment measures what its generator draws: fn(*again) (the seed that gave `first`) must give
+    `first` again, and fn(*other) (another seed) another number. `draw` says what to draw with the generator."""
+    same, new = measure(
+        what,
+        run(fn, *again, case=f"{case} with the same seed again"),
+        run(fn, *other, case=f"{case} with another seed"),
+    )
+    if not math.isclose(same, first, rel_tol=1e-5, abs_tol=1e-12):
+        raise Wrong(
+            "seed-ignored",
+            f"The same seed gave two different numbers: {draw} with the generator you are given "
+            "(torch.randn(..., generator=generator)).",
+        )
+    if new == same:
+        raise Wrong(
+            "not-measured",
+            "Two different seeds gave exactly the same number, so nothing was measured from the generator you are "
+            f"given: {draw} with it.",
+        )
 
 
 _BY_HAND = "transformer_lib.exercises: written by hand"  # the message of the error a refused call raises
@@ -69,15 +137,14 @@ def by_hand(*functions: Callable) -> Iterator[None]:
             target.__code__ = code
 
 
-def attempt(
-    fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), names: str = ""
-) -> tuple[Any, str | None]:
-    """Run the learner's fn(*args); return (result, None), or (None, the hint to give instead).
+def run(fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), names: str = "") -> Any:
+    """The learner's fn(*args) on the input `case`; a problem raises its verdict (`Wrong`) instead.
 
-    Never raises on a wrong answer: an exception in the learner's code becomes a hint that names the
-    input (`case`) it failed on. `NotYetDone` (the student edition's stub) is let through, so the
-    notebook says which exercise is still to do. With `forbidden`, those library functions refuse
-    to run (see `by_hand`); `names` says in the hint which ones they are.
+    An exception in the learner's code becomes a hint that names the input it failed on ("raised"),
+    and so does a changed argument ("in-place") or no answer ("todo"). `NotYetDone` (the student
+    edition's stub) is let through, so the notebook says which exercise is still to do. With
+    `forbidden`, those library functions refuse to run (see `by_hand`; "by-hand"), and `names`
+    says in the hint which ones they are.
     """
     before = _snapshot(args)
     try:
@@ -87,17 +154,28 @@ def attempt(
         raise
     except Exception as error:  # the learner's bug, reported as a hint
         if isinstance(error, NotImplementedError) and str(error) == _BY_HAND:
-            return None, f"This exercise asks you to write it by hand, but your answer called {names or 'the library'}."
-        return None, f"Your code raised {type(error).__name__} on {case}: {error}"
+            called = names or "the library"
+            raise Wrong(
+                "by-hand", f"This exercise asks you to write it by hand, but your answer called {called}."
+            ) from None
+        raise Wrong("raised", f"Your code raised {type(error).__name__} on {case}: {error}") from None
     changed = _changed(before, args)
     if changed:
-        return None, (
+        raise Wrong(
+            "in-place",
             f"On {case} your code changed its input in place ({changed}). A function should leave what it is given "
-            "as it was: work on a copy (x.clone()) or write out-of-place operations (x = x / s, not x /= s)."
+            "as it was: work on a copy (x.clone()) or write out-of-place operations (x = x / s, not x /= s).",
         )
     if result is None:
-        return None, _TODO
-    return result, None
+        raise Wrong("todo", _TODO)
+    return result
+
+
+def attempt(fn: Callable, *args, **kwargs) -> tuple[Any, Verdict | None]:  # TODO(36): gone once every chapter runs
+    try:
+        return run(fn, *args, **kwargs), None
+    except Wrong as wrong:
+        return None, wrong.verdict
 
 
 def _snapshot(args: tuple) -> list[tuple[str, object, object]]:
@@ -231,3 +309,10 @@ def refusing(
 
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _measured(what: str, *results):  # TODO(36): gone once every chapter measures
+    try:
+        return measure(what, *results)
+    except Wrong as wrong:
+        return wrong.verdict

@@ -1,8 +1,8 @@
 """The one comparison module of the checkers: compare an answer with the right one and with known mistakes.
 
-`_close` (float32, the checkers of chapters 0 to 6) and `same` (float64, NaN equal to NaN, the later
-ones) differ only in precision; `tensor_problem` words a wrong type or shape, `first_mistake` names the
-first known mistake an answer equals, `number` reads a scalar answer.
+`_close` (float32) and `same` (float64, NaN equal to NaN) differ only in precision; `expect_tensor`
+raises the verdict for a wrong type, shape or dtype, `spot` the first known mistake an answer
+equals, and `number` reads a scalar answer.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable
 
 import torch
+
+from ._common import Wrong
 
 
 def _shape(t) -> str:
@@ -77,3 +79,31 @@ def number(got) -> float | None:
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         return float(got.item())
     return None
+
+
+def expect_tensor(got, want: torch.Tensor, case: str, kind: str = "") -> None:
+    """Raise the verdict for got's type, shape or dtype ("not-a-tensor", "shape", "dtype"); nothing if it has
+    want's shape (kind "bool": a bool tensor; "float": a floating one)."""
+    if not isinstance(got, torch.Tensor):
+        raise Wrong("not-a-tensor", f"Return a tensor; on {case} your answer returned a {type(got).__name__}.")
+    if got.shape != want.shape:
+        raise Wrong("shape", f"On {case} expected shape {tuple(want.shape)}, got {_shape(got)}.")
+    if kind == "bool" and got.dtype != torch.bool:
+        hint = "return a bool tensor (True where the loss counts)"
+        raise Wrong("dtype", f"The shape is right but the dtype is {got.dtype}: {hint}.")
+    if kind == "float" and not got.is_floating_point():
+        raise Wrong("dtype", f"The shape is right but the dtype is {got.dtype}: return fractions as a float tensor.")
+
+
+def spot(got, want, mistakes: Iterable[tuple[object, str, str]], atol: float = 1e-4) -> None:
+    """Raise the verdict of the first known mistake, (its result, id, hint), whose result got equals and the
+    right answer does not; nothing when got equals none of them."""
+    for wrong, mistake, hint in mistakes:
+        if isinstance(wrong, torch.Tensor):
+            if not same(wrong, want, atol=atol) and same(got, wrong, atol=atol):
+                raise Wrong(mistake, hint)
+        elif isinstance(wrong, (int, float)) and isinstance(got, (int, float)):
+            if not math.isclose(wrong, want, rel_tol=1e-6, abs_tol=1e-12) and math.isclose(
+                got, wrong, rel_tol=1e-6, abs_tol=1e-12
+            ):
+                raise Wrong(mistake, hint)

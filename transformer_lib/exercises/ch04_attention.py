@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import fused_attention, scaled_dot_product_attention
-from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._common import CORRECT, _seeded, aten_ops, checker, measure, no, refusing, reproducible, run
 from ._match import _close, _shape
 
 __all__ = ["check_attention", "check_split", "check_score_std", "check_scaling_gradient"]
@@ -36,51 +36,56 @@ def _attend(q, k, v, divisor: float, axis: int = -1) -> torch.Tensor:
     return (q @ k.transpose(-2, -1) / divisor).softmax(axis) @ v
 
 
+@checker
 def check_attention(fn) -> str:
     """fn(q, k, v) must return softmax(q k^T / sqrt(d_k)) v for (..., T, d_k) inputs, written by hand."""
     g = _seeded(7)
     guarded = refusing(fn, F.scaled_dot_product_attention, ops=_FUSED_OPS)
+    forbidden = (scaled_dot_product_attention, fused_attention)
     for batch, t_q, t_k, d_k, d_v in _ATTENTION_CASES:
         q, k = torch.randn(*batch, t_q, d_k, generator=g), torch.randn(*batch, t_k, d_k, generator=g) * 1.5
         v = torch.randn(*batch, t_k, d_v, generator=g)
         case = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} (d_k={d_k})"
         want = _attend(q, k, v, math.sqrt(d_k))
-        result, hint = attempt(
-            guarded,
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            case=case,
-            forbidden=(scaled_dot_product_attention, fused_attention),
-            names=_LIBRARY,
-        )
-        if hint:
-            return hint
+        result = run(guarded, q.clone(), k.clone(), v.clone(), case=case, forbidden=forbidden, names=_LIBRARY)
         if not isinstance(result, torch.Tensor):
-            return f"Return a tensor, got {type(result).__name__}."
+            return no("not-a-tensor", f"Return a tensor, got {type(result).__name__}.")
         if result.shape != want.shape:
-            weights_shape = (*batch, t_q, t_k)
-            if tuple(result.shape) == weights_shape:
-                return f"On {case} you returned the weights {weights_shape}: multiply them by v."
-            return f"On {case} expected shape {tuple(want.shape)} = (..., T_q, d_v), got {_shape(result)}."
+            if tuple(result.shape) == (*batch, t_q, t_k):
+                return no("weights", f"On {case} you returned the weights {(*batch, t_q, t_k)}: multiply them by v.")
+            return no("shape", f"On {case} expected shape {tuple(want.shape)} = (..., T_q, d_v), got {_shape(result)}.")
         if _close(result, want, atol=1e-4):
             continue
-        if _close(result, _attend(q, k, v, 1.0), atol=1e-4):
-            return f"On {case}: you forgot to divide the scores by sqrt(d_k)."
-        if _close(result, _attend(q, k, v, d_k), atol=1e-4):
-            return f"On {case}: divide by sqrt(d_k), not by d_k."
-        for divisor in (math.sqrt(d_k), 1.0, d_k):
-            if _close(result, _attend(q, k, v, divisor, axis=-2), atol=1e-4):
-                return f"On {case}: the softmax must run over the keys (the last axis), not over the queries."
-        if d_v != d_k and _close(result, _attend(q, k, v, math.sqrt(d_v)), atol=1e-4):
-            return f"On {case}: you scaled by the width of v (d_v={d_v}). Use d_k, the width of q and k: q.shape[-1]."
-        for _, _, _, other, _ in _ATTENTION_CASES:
-            if other != d_k and _close(result, _attend(q, k, v, math.sqrt(other)), atol=1e-4):
-                return f"On {case} you divided by sqrt({other}), a fixed number: read d_k from the input, q.shape[-1]."
-        return f"Wrong values on {case}: compare your scores with q @ k.transpose(-2, -1) / sqrt(d_k)."
+        mistakes = [
+            (_attend(q, k, v, 1.0), "unscaled", "you forgot to divide the scores by sqrt(d_k)."),
+            (_attend(q, k, v, d_k), "divided-by-d_k", "divide by sqrt(d_k), not by d_k."),
+            *[
+                (_attend(q, k, v, d, axis=-2), "softmax-axis", "the softmax must run over the keys (the last axis).")
+                for d in (math.sqrt(d_k), 1.0, d_k)
+            ],
+            (
+                _attend(q, k, v, math.sqrt(d_v)),
+                "scaled-by-d_v",
+                f"you scaled by the width of v (d_v={d_v}). Use d_k, the width of q and k: q.shape[-1].",
+            ),
+            *[
+                (
+                    _attend(q, k, v, math.sqrt(other)),
+                    "fixed-d_k",
+                    f"you divided by sqrt({other}), a fixed number: read d_k from the input, q.shape[-1].",
+                )
+                for _, _, _, other, _ in _ATTENTION_CASES
+                if other != d_k
+            ],
+        ]
+        for wrong, mistake, hint in mistakes:
+            if _close(result, wrong, atol=1e-4):
+                return no(mistake, f"On {case}: {hint}")
+        return no("other", f"Wrong values on {case}: compare your scores with q @ k.transpose(-2, -1) / sqrt(d_k).")
     return CORRECT
 
 
+@checker
 def check_split(fn) -> str:
     """fn(t (B, S, d_model), h) must return (B, h, S, d_model // h), head j holding features j*d_k.."""
     g = _seeded(11)
@@ -88,27 +93,31 @@ def check_split(fn) -> str:
         t = torch.randn(B, S, d_model, generator=g)
         d_k = d_model // h
         case = f"t of shape {(B, S, d_model)} with h={h}"
-        result, hint = attempt(fn, t.clone(), h, case=case)
-        if hint:
-            return hint
+        result = run(fn, t.clone(), h, case=case)
         want = t.view(B, S, h, d_k).transpose(1, 2)
         if not isinstance(result, torch.Tensor) or tuple(result.shape) != (B, h, S, d_k):
             if isinstance(result, torch.Tensor) and tuple(result.shape) in {(B, S, h, d_k), (B, d_k, S, h)}:
-                return f"On {case}: shape {_shape(result)}, the head axis must come second: transpose(1, 2)."
-            return f"On {case} expected shape (B, h, S, d_k) = {(B, h, S, d_k)}, got {_shape(result)}."
+                return no(
+                    "head-axis", f"On {case}: shape {_shape(result)}, the head axis must come second: transpose(1, 2)."
+                )
+            return no("shape", f"On {case} expected shape (B, h, S, d_k) = {(B, h, S, d_k)}, got {_shape(result)}.")
         if torch.allclose(result, want):
             continue
         if torch.allclose(result, t.reshape(B, h, S, d_k)):
-            return f"On {case}: right shape, wrong content. View as (B, S, h, d_k) first, then transpose(1, 2)."
-        if torch.allclose(result, t.view(B, S, d_k, h).permute(0, 3, 1, 2)):
-            return (
-                f"On {case}: head j holds features j, j+h, j+2h, ... (every h-th one). View as (B, S, h, d_k), "
-                "not (B, S, d_k, h), so that head j holds a contiguous block."
+            return no(
+                "reshape", f"On {case}: right shape, wrong content. View as (B, S, h, d_k) first, then transpose(1, 2)."
             )
-        return f"On {case}: head j should hold features j*d_k to (j+1)*d_k - 1 of every position."
+        if torch.allclose(result, t.view(B, S, d_k, h).permute(0, 3, 1, 2)):
+            return no(
+                "strided-heads",
+                f"On {case}: head j holds features j, j+h, j+2h, ... (every h-th one). View as (B, S, h, d_k), "
+                "not (B, S, d_k, h), so that head j holds a contiguous block.",
+            )
+        return no("other", f"On {case}: head j should hold features j*d_k to (j+1)*d_k - 1 of every position.")
     return CORRECT
 
 
+@checker
 def check_score_std(fn: Callable[[int, torch.Generator], float]) -> str:
     """Experiment: fn(d_k, generator) measures the spread of q . k for q, k with independent N(0, 1) entries.
 
@@ -120,49 +129,40 @@ def check_score_std(fn: Callable[[int, torch.Generator], float]) -> str:
     results = {}
     for d_k, seed in ((3, 101), (64, 202), (300, 303)):
         case = f"d_k={d_k} with a generator seeded {seed}"
-        result, hint = attempt(fn, d_k, _seeded(seed), case=case)
-        if hint:
-            return hint
-        measured = _measured("the standard deviation", result)
-        if isinstance(measured, str):
-            return measured
-        results[d_k] = measured[0]
-    again, hint = attempt(fn, 64, _seeded(202), case="d_k=64 with the same seed again")
-    if hint:
-        return hint
-    other, hint = attempt(fn, 64, _seeded(404), case="d_k=64 with another seed")
-    if hint:
-        return hint
-    measured = _measured("the standard deviation", again, other)
-    if isinstance(measured, str):
-        return measured
-    again, other = measured
-    if abs(again - results[64]) > 1e-6 * max(1.0, abs(again)):
-        return (
-            "The same seed gave two different numbers: draw q and k with the generator you are given "
-            "(torch.randn(..., generator=generator))."
-        )
-    if again == other:
-        return (
-            "Two different seeds gave exactly the same number, so nothing was measured from the generator you "
-            "are given: draw the pairs with it, compute their dot products and return their standard deviation."
-        )
+        results[d_k] = measure("the standard deviation", run(fn, d_k, _seeded(seed), case=case))[0]
+    reproducible(
+        fn,
+        results[64],
+        (64, _seeded(202)),
+        (64, _seeded(404)),
+        case="d_k=64",
+        what="the standard deviation",
+        draw="draw q and k",
+    )
     for d_k, got in results.items():
         want = math.sqrt(d_k)
         if abs(got / want - 1) <= 0.1:
             continue
         if abs(got / d_k - 1) <= 0.1:
-            return f"For d_k={d_k} you got about {got:.3g}: that is the variance (d_k). Return the standard deviation."
+            return no(
+                "variance",
+                f"For d_k={d_k} you got about {got:.3g}: that is the variance (d_k). Return the standard deviation.",
+            )
         if abs(got - 1) <= 0.1:
-            return (
+            return no(
+                "scaled",
                 f"For d_k={d_k} you got about 1: that is the spread after dividing by sqrt(d_k). Measure the raw "
-                "dot products."
+                "dot products.",
             )
         if abs(got) < 0.2 * want:
-            return f"For d_k={d_k} you got {got:.3g}, near 0: that looks like the mean. Return the standard deviation."
-        return (
+            return no(
+                "mean",
+                f"For d_k={d_k} you got {got:.3g}, near 0: that looks like the mean. Return the standard deviation.",
+            )
+        return no(
+            "other",
             f"For d_k={d_k} the spread should be near sqrt(d_k) = {want:.3g}, got {got:.3g}. Draw at least "
-            "10,000 pairs, each with d_k entries, and take the std of their dot products."
+            "10,000 pairs, each with d_k entries, and take the std of their dot products.",
         )
     return CORRECT
 
@@ -175,6 +175,7 @@ def _gradient_norm(d_k: int, generator: torch.Generator, divisor: float, reduce:
     return (norms.mean() if reduce == "mean" else norms.sum()).item()
 
 
+@checker
 def check_scaling_gradient(fn) -> str:
     """Experiment: fn(d_k, scale, generator) measures the mean gradient norm that reaches the scores.
 
@@ -186,61 +187,50 @@ def check_scaling_gradient(fn) -> str:
     spread = {}  # the range of the measurement over seeds: a valid route with another draw order lands in it
     for d_k in (4, 48, 256):
         for scale in (True, False):
-            divisor = math.sqrt(d_k) if scale else 1.0
-            values = [_gradient_norm(d_k, _seeded(1000 + s), divisor) for s in range(12)]
+            values = [_gradient_norm(d_k, _seeded(1000 + s), math.sqrt(d_k) if scale else 1.0) for s in range(12)]
             spread[d_k, scale] = (min(values), max(values))
     results = {}
     for d_k, seed in ((4, 31), (48, 32), (256, 33)):
         for scale in (True, False):
             case = f"d_k={d_k}, scale={scale} with a generator seeded {seed}"
-            result, hint = attempt(fn, d_k, scale, _seeded(seed), case=case)
-            if hint:
-                return hint
-            measured = _measured("the mean gradient norm", result)
-            if isinstance(measured, str):
-                return measured
-            got = measured[0]
+            got = measure("the mean gradient norm", run(fn, d_k, scale, _seeded(seed), case=case))[0]
             results[d_k, scale] = got
             divisor = math.sqrt(d_k) if scale else 1.0
-            if math.isclose(got, _gradient_norm(d_k, _seeded(seed), divisor), rel_tol=1e-4):
+            want = _gradient_norm(d_k, _seeded(seed), divisor)
+            if math.isclose(got, want, rel_tol=1e-4):
                 continue
-            if got < 1e-6 * _gradient_norm(d_k, _seeded(seed), divisor):  # zero, up to rounding
-                return (
+            if got < 1e-6 * want:  # zero, up to rounding
+                return no(
+                    "no-gradient",
                     f"For {case} the gradient norm is {got:.2g}, as good as zero: make the scores a leaf "
-                    "(requires_grad) and call backward on a loss that depends on them."
+                    "(requires_grad) and call backward on a loss that depends on them.",
                 )
-            mistakes = {
-                "you divide by sqrt(d_k) even when scale is False": math.sqrt(d_k),
-                "you never divide by sqrt(d_k), even when scale is True": 1.0,
-                "you divide by d_k: the scaling is sqrt(d_k)": d_k,
-            }
-            for mistake, wrong_divisor in mistakes.items():
+            mistakes = [
+                (math.sqrt(d_k), "always-scaled", "you divide by sqrt(d_k) even when scale is False"),
+                (1.0, "never-scaled", "you never divide by sqrt(d_k), even when scale is True"),
+                (d_k, "divided-by-d_k", "you divide by d_k: the scaling is sqrt(d_k)"),
+            ]
+            for wrong_divisor, mistake, hint in mistakes:
                 if wrong_divisor != divisor and math.isclose(
                     got, _gradient_norm(d_k, _seeded(seed), wrong_divisor), rel_tol=1e-4
                 ):
-                    return f"On {case}: {mistake}."
+                    return no(mistake, f"On {case}: {hint}.")
             if math.isclose(got, _gradient_norm(d_k, _seeded(seed), divisor, reduce="sum"), rel_tol=1e-4):
-                return f"On {case}: that is the sum of the row norms. Return their mean."
+                return no("sum", f"On {case}: that is the sum of the row norms. Return their mean.")
             low, high = spread[d_k, scale]
             if not 0.8 * low <= got <= 1.25 * high:
-                return (
+                return no(
+                    "other",
                     f"On {case} expected a mean gradient norm between {low:.3g} and {high:.3g}, got {got:.3g}. "
-                    "Draw 64 queries, then 16 keys, then the (64, 16) tensor with the generator."
+                    "Draw 64 queries, then 16 keys, then the (64, 16) tensor with the generator.",
                 )
-    again, hint = attempt(fn, 256, False, _seeded(33), case="d_k=256, scale=False with the same seed again")
-    if hint:
-        return hint
-    other, hint = attempt(fn, 256, False, _seeded(34), case="d_k=256, scale=False with another seed")
-    if hint:
-        return hint
-    measured = _measured("the mean gradient norm", again, other)
-    if isinstance(measured, str):
-        return measured
-    if not math.isclose(measured[0], results[256, False], rel_tol=1e-5):
-        return "The same seed gave two different numbers: draw everything with the generator you are given."
-    if measured[1] == measured[0]:
-        return (
-            "Two seeds gave exactly the same number, so nothing was measured from the generator you are given: "
-            "draw q, k and the tensor with it."
-        )
+    reproducible(
+        fn,
+        results[256, False],
+        (256, False, _seeded(33)),
+        (256, False, _seeded(34)),
+        case="d_k=256, scale=False",
+        what="the mean gradient norm",
+        draw="draw q, k and the tensor",
+    )
     return CORRECT
