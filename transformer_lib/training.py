@@ -29,6 +29,7 @@ __all__ = [
     "lm_eval_loss",
     "bigram_loss",
     "repeat_losses",
+    "expect",
 ]
 
 
@@ -280,3 +281,24 @@ def repeat_losses(model: nn.Module, seqs: torch.Tensor) -> tuple[float, float]:
     logits = model(seqs[:, :-1])  # (B, 2n - 1, V): the prediction of tokens 1 .. 2n - 1
     loss = F.cross_entropy(logits.transpose(1, 2), seqs[:, 1:], reduction="none")  # (B, 2n - 1)
     return float(loss[:, : n - 1].mean()), float(loss[:, n:].mean())  # tokens 1 .. n - 1, and n + 1 .. 2n - 1
+
+
+def expect(what: str, value: float, band: tuple[float, float], *, laptop: str, check: str) -> float:
+    """Set a trained result beside the band a learner should expect, and say how long the run takes.
+
+    Prints ``what``, its value, the band and the run's time on a laptop CPU (``laptop``, e.g.
+    "4 s"); raises an AssertionError that says what to ``check`` when the value falls outside
+    the band. The band holds on every machine and CPU kernel the book's tests run on, with a
+    margin: a value outside it means something differs from the book's run, not bad luck.
+    Returns the value.
+    """
+    low, high = band
+    if not low <= high:
+        raise ValueError(f"band must be (low, high) with low <= high, got {band!r}")
+    value = float(value)
+    print(f"{what}: {value:.3g} (expected {low:g} to {high:g}; this run takes about {laptop} on a laptop CPU)")
+    if not low <= value <= high:  # NaN falls outside too
+        raise AssertionError(
+            f"{what} is {value:.4g}, outside the band {low:g} to {high:g} that this run reaches. Check {check}."
+        )
+    return value

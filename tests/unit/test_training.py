@@ -191,3 +191,16 @@ def test_repeat_losses_score_each_copy_apart_by_hand():
     assert abs(first - math.log(6)) < 1e-6 and second < 1e-6
     with pytest.raises(ValueError, match=r"\(B, 2n\)"):
         training.repeat_losses(Knows(seqs), seqs[:, :7])
+
+
+def test_expect_prints_the_band_and_time_and_names_what_to_check_outside_it(capsys):
+    assert tl.expect(
+        "held-out accuracy", torch.tensor(0.97), (0.9, 1.0), laptop="4 s", check="the rate"
+    ) == pytest.approx(0.97)
+    printed = capsys.readouterr().out
+    assert "held-out accuracy: 0.97" in printed and "0.9 to 1" in printed and "about 4 s on a laptop CPU" in printed
+    for outside in (0.5, 1.2, float("nan")):
+        with pytest.raises(AssertionError, match="outside the band 0.9 to 1.*Check the learning rate"):
+            tl.expect("held-out accuracy", outside, (0.9, 1.0), laptop="4 s", check="the learning rate")
+    with pytest.raises(ValueError, match="low <= high"):
+        tl.expect("loss", 1.0, (2.0, 1.0), laptop="1 s", check="nothing")

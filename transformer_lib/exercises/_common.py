@@ -171,13 +171,6 @@ def run(fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), name
     return result
 
 
-def attempt(fn: Callable, *args, **kwargs) -> tuple[Any, Verdict | None]:  # TODO(36): gone once every chapter runs
-    try:
-        return run(fn, *args, **kwargs), None
-    except Wrong as wrong:
-        return None, wrong.verdict
-
-
 def _snapshot(args: tuple) -> list[tuple[str, object, object]]:
     """(what, the live object, a copy of it) for every tensor, module, list and dict among the arguments."""
     saved = []
@@ -296,7 +289,7 @@ def refusing(
     call of `torch_functions`, however the function was imported. `ops` (from `aten_ops`) are
     refused where every spelling ends, the operator itself: method forms (``t.gather``), views of
     the same storage, nn modules and ``torch.ops.aten`` calls alike; with `source`, only when they
-    read that tensor. Pass the result to `attempt`, which turns the refusal into the by-hand hint.
+    read that tensor. Pass the result to `run`, which turns the refusal into the by-hand verdict.
     """
 
     def guarded(*args):
@@ -309,10 +302,3 @@ def refusing(
 
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def _measured(what: str, *results):  # TODO(36): gone once every chapter measures
-    try:
-        return measure(what, *results)
-    except Wrong as wrong:
-        return wrong.verdict

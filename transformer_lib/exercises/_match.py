@@ -33,38 +33,6 @@ def same(got, want: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> boo
     return bool(torch.allclose(got.double().cpu(), want.double().cpu(), atol=atol, rtol=rtol, equal_nan=True))
 
 
-def tensor_problem(got, want: torch.Tensor, case: str, kind: str = "") -> str | None:
-    """What is wrong with got's type or shape, in words (None when it is a tensor of want's shape).
-
-    kind "bool": got must be a bool tensor; "float": a floating tensor.
-    """
-    if not isinstance(got, torch.Tensor):
-        return f"Return a tensor; on {case} your answer returned a {type(got).__name__}."
-    if got.shape != want.shape:
-        return f"On {case} expected shape {tuple(want.shape)}, got {_shape(got)}."
-    if kind == "bool" and got.dtype != torch.bool:
-        return f"The shape is right but the dtype is {got.dtype}: return a bool tensor (True where the loss counts)."
-    if kind == "float" and not got.is_floating_point():
-        return f"The shape is right but the dtype is {got.dtype}: return fractions as a float tensor."
-    return None
-
-
-def first_mistake(got, want, mistakes: Iterable[tuple[object, str]], atol: float = 1e-4) -> str | None:
-    """The hint of the first known mistake whose result got equals (and the right answer does not)."""
-    for wrong, hint in mistakes:
-        if isinstance(wrong, torch.Tensor):
-            if same(wrong, want, atol=atol):
-                continue  # on this input the mistake cannot be told from the right answer
-            if same(got, wrong, atol=atol):
-                return hint
-        elif isinstance(wrong, (int, float)) and isinstance(got, (int, float)):
-            if math.isclose(wrong, want, rel_tol=1e-6, abs_tol=1e-12):
-                continue
-            if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-12):
-                return hint
-    return None
-
-
 def near(a: float, b: float, rel: float = 1e-6) -> bool:
     """Two numbers equal to a relative tolerance (a must be finite)."""
     return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)

@@ -8,48 +8,49 @@ import torch
 
 from .. import masks
 from ..masks import causal_mask
-from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._common import CORRECT, Wrong, _seeded, aten_ops, checker, measure, no, refusing, run
 from ._match import _shape
 
 __all__ = ["check_future_mask", "check_allowed_count", "check_cached_rows", "check_mask_fraction"]
 
 
-def _bool_hint(got, want: torch.Tensor, case: str) -> str | None:
-    """A hint when got is not a bool tensor of want's shape, else None."""
+def _expect_bool(got, want: torch.Tensor, case: str) -> torch.Tensor:
+    """got, on the CPU; raise the verdict when it is not a bool tensor of want's shape."""
     if not isinstance(got, torch.Tensor):
-        return f"On {case} return a tensor, got {type(got).__name__}."
+        raise Wrong("not-a-tensor", f"On {case} return a tensor, got {type(got).__name__}.")
     if tuple(got.shape) != tuple(want.shape):
-        return f"On {case} expected shape {tuple(want.shape)}, got {_shape(got)}."
+        raise Wrong("shape", f"On {case} expected shape {tuple(want.shape)}, got {_shape(got)}.")
     if got.dtype != torch.bool:
         values = "the values are right, but " if torch.equal(got.cpu().bool(), want) else ""
-        return f"On {case}: {values}the dtype is {got.dtype}. Return a bool tensor."
-    return None
+        raise Wrong("dtype", f"On {case}: {values}the dtype is {got.dtype}. Return a bool tensor.")
+    return got.cpu()
 
 
+@checker
 def check_future_mask(fn: Callable[[int], torch.Tensor]) -> str:
     """fn(size) must return the blocked (future) positions: (size, size) bool, True where key > query."""
     for n in (4, 7, 1, 10):
         case = f"size={n}"
-        got, hint = attempt(fn, n, case=case)
-        if hint:
-            return hint
         blocked = ~causal_mask(n)
-        hint = _bool_hint(got, blocked, case)
-        if hint:
-            return hint
-        got = got.cpu()
+        got = _expect_bool(run(fn, n, case=case), blocked, case)
         if torch.equal(got, blocked):
             continue
         if torch.equal(got, ~blocked):
-            return f"On {case}: this is the allowed mask (True = may attend, the book's convention). Negate it."
+            return no(
+                "allowed", f"On {case}: this is the allowed mask (True = may attend, the book's convention). Negate it."
+            )
         if torch.equal(got, blocked | torch.eye(n, dtype=torch.bool)):
-            return f"On {case}: the diagonal is blocked too. A position may attend to itself."
+            return no("diagonal-blocked", f"On {case}: the diagonal is blocked too. A position may attend to itself.")
         if torch.equal(got, blocked.T):
-            return f"On {case}: those are the past keys (lower triangle). The future is above the diagonal, triu(1)."
-        return f"On {case}: wrong values. True exactly where the key lies after the query."
+            return no(
+                "past-keys",
+                f"On {case}: those are the past keys (lower triangle). The future is above the diagonal, triu(1).",
+            )
+        return no("other", f"On {case}: wrong values. True exactly where the key lies after the query.")
     return CORRECT
 
 
+@checker
 def check_allowed_count(fn: Callable[[int], int]) -> str:
     """fn(n) must return how many True entries tl.causal_mask(n) has, by a formula in n.
 
@@ -57,55 +58,47 @@ def check_allowed_count(fn: Callable[[int], int]) -> str:
     the check. Counting in plain Python, without a tensor, is not something a checker can see.
     """
     guarded = refusing(fn, ops=aten_ops("tril", "triu", "tril_indices", "triu_indices"))
+    forbidden = (masks.causal_mask, masks.target_mask, masks.sliding_window_mask)
+    names = "a mask (tl.causal_mask, or a triangle from torch.tril)"
     for n in (1, 3, 10, 57, 8):
-        got, hint = attempt(
-            guarded,
-            n,
-            case=f"n={n}",
-            forbidden=(masks.causal_mask, masks.target_mask, masks.sliding_window_mask),
-            names="a mask (tl.causal_mask, or a triangle from torch.tril)",
-        )
-        if hint:
-            return hint
-        measured = _measured("the count", got)
-        if isinstance(measured, str):
-            return measured
-        got, want = measured[0], n * (n + 1) // 2
+        got = measure("the count", run(guarded, n, case=f"n={n}", forbidden=forbidden, names=names))[0]
+        want = n * (n + 1) // 2
         if abs(got - want) < 1e-6:
             continue
-        if n > 1 and got == n * n:
-            return f"For n={n} that counts every entry. Only the lower triangle, diagonal included, is True."
+        if got == n * n:
+            return no(
+                "every-entry",
+                f"For n={n} that counts every entry. Only the lower triangle, diagonal included, is True.",
+            )
         if got == n * (n - 1) // 2:
-            return f"For n={n}: almost, include the diagonal; each position may attend to itself."
+            return no("no-diagonal", f"For n={n}: almost, include the diagonal; each position may attend to itself.")
         if got == n * (n + 1):
-            return f"For n={n} you got n (n + 1): halve it, 1 + 2 + ... + n = n (n + 1) / 2."
-        return f"For n={n} expected {want}, got {got:g}."
+            return no("not-halved", f"For n={n} you got n (n + 1): halve it, 1 + 2 + ... + n = n (n + 1) / 2.")
+        return no("other", f"For n={n} expected {want}, got {got:g}.")
     return CORRECT
 
 
+@checker
 def check_cached_rows(fn: Callable[[int, int], torch.Tensor]) -> str:
     """fn(past, new) must return the causal-mask rows for `new` queries after `past` cached positions."""
     for past, new in ((3, 2), (0, 4), (5, 1), (2, 6)):
         case = f"past={past}, new={new}"
-        got, hint = attempt(fn, past, new, case=case)
-        if hint:
-            return hint
+        got = run(fn, past, new, case=case)
         want = causal_mask(past + new)[past:]
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (new, new) and past:
-            return (
-                f"On {case} the shape is (new, new): the new queries see the {past} cached keys too, (new, past + new)."
-            )
-        hint = _bool_hint(got, want, case)
-        if hint:
-            return hint
-        got = got.cpu()
+            hint = f"the new queries see the {past} cached keys too, (new, past + new)"
+            return no("no-cached-keys", f"On {case} the shape is (new, new): {hint}.")
+        got = _expect_bool(got, want, case)
         if torch.equal(got, want):
             continue
         if torch.equal(got, causal_mask(past + new)[:new]):
-            return f"On {case}: those are the first rows. The new queries are the last rows, past .. past + new - 1."
+            return no(
+                "first-rows",
+                f"On {case}: those are the first rows. The new queries are the last rows, past .. past + new - 1.",
+            )
         if torch.equal(got, ~want):
-            return f"On {case}: reversed. In this book True means 'may attend'."
-        return f"On {case}: wrong values. A query sees every cached key and the new keys up to itself."
+            return no("reversed", f"On {case}: reversed. In this book True means 'may attend'.")
+        return no("other", f"On {case}: wrong values. A query sees every cached key and the new keys up to itself.")
     return CORRECT
 
 
@@ -113,11 +106,13 @@ def _ignores_entries(fn, mask: torch.Tensor, value: float) -> bool:
     """fn gives `value` again for a mask of the same shape with other entries: it does not read them."""
     other = torch.zeros_like(mask)
     other[0, 0] = True  # one True entry: a fraction far from any formula's
-    again, hint = attempt(fn, other, case="another mask")
-    measured = _measured("the fraction", again) if hint is None else hint
-    return not isinstance(measured, str) and abs(measured[0] - value) < 1e-9
+    try:
+        return abs(measure("the fraction", run(fn, other, case="another mask"))[0] - value) < 1e-9
+    except Wrong:
+        return False
 
 
+@checker
 def check_mask_fraction(fn) -> str:
     """Experiment: fn(mask) measures the fraction of a bool mask's entries that are True.
 
@@ -131,20 +126,19 @@ def check_mask_fraction(fn) -> str:
         n = mask.shape[0]
         kind = "a causal mask" if torch.equal(mask, causal_mask(n)) else "a random mask"
         case = f"{kind} of shape {tuple(mask.shape)}"
-        got, hint = attempt(fn, mask.clone(), case=case)
-        if hint:
-            return hint
-        measured = _measured("the fraction", got)
-        if isinstance(measured, str):
-            return measured
-        value, want = measured[0], mask.float().mean().item()
+        value = measure("the fraction", run(fn, mask.clone(), case=case))[0]
+        want = mask.float().mean().item()
         if abs(value - want) < 1e-6:
             continue
         if abs(value - (1 - want)) < 1e-6:
-            return f"On {case} you measured the blocked entries ({value:.4f}); measure the allowed ones (True)."
+            return no(
+                "blocked", f"On {case} you measured the blocked entries ({value:.4f}); measure the allowed ones (True)."
+            )
         if abs(value - mask.sum().item()) < 1e-6:
-            return f"On {case} that is the count of True entries; divide by the number of entries."
+            return no("count", f"On {case} that is the count of True entries; divide by the number of entries.")
         if abs(value - (n + 1) / (2 * n)) < 1e-6 and _ignores_entries(fn, mask, value):
-            return f"On {case} you used the formula (n + 1) / 2n. Measure the fraction from the mask's entries."
-        return f"On {case} the fraction of True entries is {want:.4f}, got {value:.4f}."
+            return no(
+                "formula", f"On {case} you used the formula (n + 1) / 2n. Measure the fraction from the mask's entries."
+            )
+        return no("other", f"On {case} the fraction of True entries is {want:.4f}, got {value:.4f}.")
     return CORRECT

@@ -6,12 +6,16 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..tokenization import _merge, train_bpe
-from ._common import CORRECT, _measured, attempt
+from ._common import CORRECT, checker, measure, no, run
 
 __all__ = ["check_pair_counts", "check_merge", "check_compression"]
 
 
-def _counts(words: dict, weighted: bool = True, overlapping: bool = True, adjacent: bool = True) -> dict:
+def _counts(words: dict, weighted=True, overlapping=True, adjacent=True, across=False) -> dict:
+    """The pair counts of words: right, or with the mistakes the flags name."""
+    if across:  # the words run together
+        flat = [i for word, n in words.items() for _ in range(n) for i in word]
+        return dict(Counter(zip(flat, flat[1:])))
     counts = Counter()
     for word, n in words.items():
         if adjacent:
@@ -28,40 +32,56 @@ _WORDS = (
     {(7, 7, 7, 7): 3, (8, 7): 5, (7, 8, 9): 2},
     {(4, 1): 6, (1, 4, 1, 4): 1, (): 3},
 )
+_OVERLAP = "a word like (3, 3, 3) holds the pair (3, 3) twice, overlapping. Count both."
+_PAIR_MISTAKES = (  # (the flags of _counts that make it, its id, its hint)
+    ({"weighted": False}, "unweighted", "every pair counted once per word. Weight each word by its count."),
+    ({"overlapping": False}, "overlap", _OVERLAP),
+    ({"weighted": False, "overlapping": False}, "overlap", _OVERLAP),
+    ({"adjacent": False}, "not-adjacent", "count only adjacent pairs, ids next to each other inside one word."),
+    ({"across": True}, "across-words", "you counted pairs across word boundaries. Pairs stay inside one word."),
+)
 
 
+@checker
 def check_pair_counts(fn: Callable[[dict], dict]) -> str:
     """fn(words) with words = {tuple of ids: how often that word occurs} -> {adjacent pair: occurrences}."""
     for words in _WORDS:
         case = f"words={words}"
-        got, hint = attempt(fn, dict(words), case=case)
-        if hint:
-            return hint
+        got = run(fn, dict(words), case=case)
         if not isinstance(got, dict):
-            return f"On {case} return a dict (a Counter is one) from pair to count, got {type(got).__name__}."
+            hint = f"return a dict (a Counter is one) from pair to count, got {type(got).__name__}"
+            return no("not-a-dict", f"On {case} {hint}.")
         got = {tuple(pair): n for pair, n in got.items() if n}
         want = _counts(words)
         if got == want:
             continue
-        if got == _counts(words, weighted=False):
-            return f"On {case}: every pair counted once per word. Weight each word by its count."
-        if got == _counts(words, overlapping=False) or got == _counts(words, weighted=False, overlapping=False):
-            return f"On {case}: a word like (3, 3, 3) holds the pair (3, 3) twice, overlapping. Count both."
-        if got == _counts(words, adjacent=False):
-            return f"On {case}: count only adjacent pairs, ids next to each other inside one word."
-        joined = Counter()
-        flat = [i for word, n in words.items() for _ in range(n) for i in word]
-        joined.update(zip(flat, flat[1:]))
-        if got == dict(joined):
-            return f"On {case}: you counted pairs across word boundaries. Pairs stay inside one word."
-        return f"On {case} expected {want}, got {got}."
+        for flags, mistake, hint in _PAIR_MISTAKES:
+            if got == _counts(words, **flags):
+                return no(mistake, f"On {case}: {hint}")
+        return no("other", f"On {case} expected {want}, got {got}.")
     return CORRECT
 
 
-def _right_to_left(ids: list, pair: tuple, new_id: int) -> list:
-    return _merge(ids[::-1], pair[::-1], new_id)[::-1]
+def _wrong_merge(ids: list, pair: tuple, new_id: int, first_only=False, keep_second=False) -> list:
+    """A merge with the mistake the flag names: only the first occurrence replaced, or the pair's second id kept."""
+    out, i, done = [], 0, False
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair and not done:
+            out += [new_id, ids[i + 1]] if keep_second else [new_id]
+            i, done = i + 2, first_only
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
 
 
+_MERGE_MISTAKES = (  # (the flag of _wrong_merge that makes it, its id, its hint)
+    ("first_only", "first-only", "only the first occurrence was merged. Replace every occurrence of the pair."),
+    ("keep_second", "kept-second", "replace both ids of the pair by the new one, not just the first."),
+)
+
+
+@checker
 def check_merge(fn: Callable[[list, tuple, int], list]) -> str:
     """fn(ids, pair, new_id) -> ids with every non-overlapping occurrence of pair, left to right, replaced."""
     for ids, pair, new_id in (
@@ -75,43 +95,33 @@ def check_merge(fn: Callable[[list, tuple, int], list]) -> str:
         ([101, 10, 1, 10, 1, 110], (10, 1), 256),
     ):
         case = f"ids={ids}, pair={pair}, new_id={new_id}"
-        got, hint = attempt(fn, list(ids), pair, new_id, case=case)
-        if hint:
-            return hint
+        got = run(fn, list(ids), pair, new_id, case=case)
         want = _merge(ids, pair, new_id)
         try:
             got = list(got)
         except TypeError:
-            return f"On {case} return a list of ids, got {type(got).__name__}."
+            return no("not-a-list", f"On {case} return a list of ids, got {type(got).__name__}.")
         if got == want:
             continue
-        if got == _first_only(ids, pair, new_id):
-            return f"On {case}: only the first occurrence was merged. Replace every occurrence of the pair."
-        if got == _keep_second(ids, pair, new_id):
-            return f"On {case}: replace both ids of the pair by the new one, not just the first."
-        if got == _right_to_left(ids, pair, new_id):
-            return f"On {case}: the occurrences overlap; scan left to right -> {want}, got {got}."
-        return f"On {case} expected {want}, got {got}."
+        for flag, mistake, hint in _MERGE_MISTAKES:
+            if got == _wrong_merge(ids, pair, new_id, **{flag: True}):
+                return no(mistake, f"On {case}: {hint}")
+        if got == _merge(ids[::-1], pair[::-1], new_id)[::-1]:
+            return no("right-to-left", f"On {case}: the occurrences overlap; scan left to right -> {want}, got {got}.")
+        if got == _as_text(ids, pair, new_id):
+            return no(
+                "digits",
+                f"On {case} you merged digits inside longer ids (expected {want}, got {got}): compare whole ids, "
+                "one pair of list items at a time, not their text.",
+            )
+        return no("other", f"On {case} expected {want}, got {got}.")
     return CORRECT
 
 
-def _first_only(ids, pair, new_id):
-    for i in range(len(ids) - 1):
-        if (ids[i], ids[i + 1]) == pair:
-            return ids[:i] + [new_id] + ids[i + 2 :]
-    return list(ids)
-
-
-def _keep_second(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out += [new_id, ids[i + 1]]
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+def _as_text(ids: list, pair: tuple, new_id: int) -> list:
+    """The merge done on the ids' text: with pair (1, 2), "21 2" becomes "299", a merge inside an id."""
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(t) for t in text.split()]
 
 
 _TEXTS = (
@@ -120,37 +130,27 @@ _TEXTS = (
 )
 
 
+@checker
 def check_compression(fn: Callable[[str, int], float]) -> str:
     """Experiment: fn(text, num_merges) must measure characters per token of text under train_bpe(text, num_merges).
 
     The checker runs it on texts and merge counts of its own and compares with its own measurement.
     """
     for text in _TEXTS:
-        results = []
-        for n in (0, 7, 30):
+        nbytes = len(text.encode("utf-8"))
+        for n in (7, 30, 0):  # 0 last: with no merges, bytes per token is 1, what a constant 1.0 gives too
             case = f"a text of {len(text)} characters ({text[:20]!r}...) with {n} merges"
-            got, hint = attempt(fn, text, n, case=case)
-            if hint:
-                return hint
-            measured = _measured("characters per token", got)
-            if isinstance(measured, str):
-                return measured
-            got = measured[0]
+            got = measure("characters per token", run(fn, text, n, case=case))[0]
             tokens = len(train_bpe(text, n).encode(text))
             want = len(text) / tokens
-            results.append(got)
             if abs(got - want) < 1e-6:
                 continue
             if abs(got * want - 1) < 1e-6:
-                return (
-                    f"On {case}: that is tokens per character ({got:.3f}); measure characters per token ({want:.3f})."
-                )
-            nbytes = len(text.encode("utf-8"))
+                hint = f"that is tokens per character ({got:.3f}); measure characters per token ({want:.3f})"
+                return no("inverted", f"On {case}: {hint}.")
             if nbytes != len(text) and abs(got - nbytes / tokens) < 1e-6:
-                return f"On {case} you measured bytes per token; count characters, len(text), instead."
+                return no("bytes", f"On {case} you measured bytes per token; count characters, len(text), instead.")
             if abs(got - len(text.split()) / tokens) < 1e-6:
-                return f"On {case} you counted words; count characters, len(text)."
-            return f"On {case} the text has {want:.3f} characters per token, you measured {got:.3f}."
-        if not results[-1] > results[0]:
-            return "More merges should give fewer, longer tokens: characters per token should grow."
+                return no("words", f"On {case} you counted words; count characters, len(text).")
+            return no("other", f"On {case} the text has {want:.3f} characters per token, you measured {got:.3f}.")
     return CORRECT

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ..positional import sinusoidal_encoding
 from ..tasks import pad_sequences
-from ._common import CORRECT, _measured, _seeded, aten_ops, attempt, refusing
+from ._common import CORRECT, Verdict, Wrong, _seeded, aten_ops, checker, measure, no, refusing, reproducible, run
 from ._match import _close, _shape
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
@@ -19,25 +19,25 @@ _LOOKUPS = (F.embedding, torch.embedding, torch.index_select, torch.Tensor.index
 # every way of reading rows of the table by position, where all spellings end (indexing, .gather, .take,
 # index_select, embedding, one row at a time, unbind or split): refused on the table, a view of it or a copy
 _LOOKUP_OPS = aten_ops(
-    "index",
-    "index_select",
-    "embedding",
-    "gather",
-    "take",
-    "take_along_dim",
-    "select",
-    "unbind",
-    "split",
-    "split_with_sizes",
-    "unsafe_split",
-    "narrow",
-    "slice",
-    "chunk",
-    "unsafe_chunk",
-    "_embedding_bag",
+    *(
+        "index index_select embedding gather take take_along_dim select unbind split split_with_sizes unsafe_split "
+        "narrow slice chunk unsafe_chunk _embedding_bag"
+    ).split()
 )
 
 
+def _one_hot_error(verdict: Verdict) -> Wrong:
+    """The verdict, with what the error means where it is one that a one-hot product raises."""
+    if verdict.mistake == "raised" and "shapes cannot be multiplied" in verdict:
+        advice = "F.one_hot(ids) alone sizes the one-hot by the largest id present: pass table.shape[0]."
+        return Wrong("one-hot-size", f"{verdict} {advice}")
+    if verdict.mistake == "raised" and ("dtype" in verdict or "scalar type" in verdict):
+        advice = "F.one_hot returns integers: convert it to the table's dtype before multiplying."
+        return Wrong("one-hot-dtype", f"{verdict} {advice}")
+    return Wrong(verdict.mistake, verdict)
+
+
+@checker
 def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """fn(ids (B, S), table (V, d)) must return table rows (B, S, d) via a one-hot product, without indexing."""
     g = _seeded(123)
@@ -50,81 +50,74 @@ def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str
         ids = torch.randint(0, V - 2, (B, S), generator=g)  # the last ids never occur: one_hot must be told V
         ids[0, 0] = 0
         case = f"ids of shape {(B, S)} and a table of shape {(V, d)} ({dtype})"
-
         guarded = refusing(fn, *_LOOKUPS, ops=_LOOKUP_OPS, source=table)
-        result, hint = attempt(guarded, ids.clone(), table, case=case, names="a lookup of the table's rows")
-        if hint:
-            if "shapes cannot be multiplied" in hint:
-                hint += " F.one_hot(ids) alone sizes the one-hot by the largest id present: pass table.shape[0]."
-            elif "dtype" in hint or "scalar type" in hint:
-                hint += " F.one_hot returns integers: convert it to the table's dtype before multiplying."
-            return hint
+        try:
+            result = run(guarded, ids.clone(), table, case=case, names="a lookup of the table's rows")
+        except Wrong as wrong:
+            raise _one_hot_error(wrong.verdict) from None
         if not isinstance(result, torch.Tensor):
-            return f"Return a tensor, got {type(result).__name__}."
-        want = table[ids]
+            return no("not-a-tensor", f"Return a tensor, got {type(result).__name__}.")
         if tuple(result.shape) != (B, S, d):
             if tuple(result.shape) == (B, S, V):
-                return f"On {case} you returned the one-hot vectors (B, S, V): multiply them by the table."
-            return f"On {case} expected shape (B, S, d) = {(B, S, d)}, got {_shape(result)}."
-        if _close(result, want):
+                return no(
+                    "one-hot", f"On {case} you returned the one-hot vectors (B, S, V): multiply them by the table."
+                )
+            return no("shape", f"On {case} expected shape (B, S, d) = {(B, S, d)}, got {_shape(result)}.")
+        if _close(result, table[ids]):
             continue
         if _close(result, table[(ids + 1) % V]) or _close(result, table[(ids - 1) % V]):
-            return f"On {case}: off by one row. Id t must bring back row t of the table (ids count from 0)."
-        return f"On {case}: right shape, wrong values. Row t of the table should come back for id t."
+            return no(
+                "off-by-one", f"On {case}: off by one row. Id t must bring back row t of the table (ids count from 0)."
+            )
+        return no("other", f"On {case}: right shape, wrong values. Row t of the table should come back for id t.")
     return CORRECT
 
 
+@checker
 def check_embedding_parameters(fn: Callable[[int, int], int]) -> str:
     """fn(vocab_size, d_model) must return the number of parameters of an embedding table."""
     for v, d in ((10, 4), (32_000, 512), (7, 3), (50_257, 768)):
-        result, hint = attempt(fn, v, d, case=f"vocab_size={v}, d_model={d}")
-        if hint:
-            return hint
-        measured = _measured("the number of parameters", result)
-        if isinstance(measured, str):
-            return measured
-        got = measured[0]
+        got = measure("the number of parameters", run(fn, v, d, case=f"vocab_size={v}, d_model={d}"))[0]
         if got == v * d:
             continue
         case = f"For vocab_size={v}, d_model={d}"
-        if got == v * d + d or got == v * d + v:
-            return f"{case}: an embedding table has no bias. It is only the V x d matrix."
+        if got in (v * d + d, v * d + v):
+            return no("bias", f"{case}: an embedding table has no bias. It is only the V x d matrix.")
         if got == v + d:
-            return f"{case}: one number per token per dimension, so multiply: V x d."
-        if got in (4 * v * d, 2 * v * d, 8 * v * d) and got != v * d:
-            return f"{case} you got {got:g}: count parameters (numbers), not bytes or two tables: V x d."
-        return f"{case} expected {v * d}, got {got:g}."
+            return no("added", f"{case}: one number per token per dimension, so multiply: V x d.")
+        if got in (4 * v * d, 2 * v * d, 8 * v * d):
+            return no("bytes", f"{case} you got {got:g}: count parameters (numbers), not bytes or two tables: V x d.")
+        return no("other", f"{case} expected {v * d}, got {got:g}.")
     return CORRECT
 
 
+@checker
 def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
     """fn(seqs, pad_id) must right-pad id lists into a (B, S_max) long tensor."""
     for seqs, pad in (([[5, 6, 7], [8]], 0), ([[1], [2, 3], []], 9), ([[4, 4]], 3), ([[7, 1, 2, 2], [2], [0, 5]], 2)):
         case = f"seqs={seqs}, pad_id={pad}"
-        result, hint = attempt(fn, [list(s) for s in seqs], pad, case=case)
-        if hint:
-            return hint
+        result = run(fn, [list(s) for s in seqs], pad, case=case)
         want = pad_sequences(seqs, pad)
         if not isinstance(result, torch.Tensor):
-            return f"On {case} return a torch tensor, got {type(result).__name__}."
+            return no("not-a-tensor", f"On {case} return a torch tensor, got {type(result).__name__}.")
         if tuple(result.shape) != tuple(want.shape):
             if result.shape[-1:] == (want.shape[1] + 1,):
-                return f"On {case} the rows are one too long: pad to the longest sequence, {want.shape[1]}."
-            return f"On {case} expected shape (B, S_max) = {tuple(want.shape)}, got {_shape(result)}."
+                return no(
+                    "too-long", f"On {case} the rows are one too long: pad to the longest sequence, {want.shape[1]}."
+                )
+            return no("shape", f"On {case} expected shape (B, S_max) = {tuple(want.shape)}, got {_shape(result)}.")
         if result.dtype != torch.long:
             values = "the values are right, but " if torch.equal(result.long(), want) else ""
-            return (
-                f"On {case}: {values}the dtype is {result.dtype}. Ids must be torch.long (embedding lookups need it)."
-            )
+            hint = f"the dtype is {result.dtype}. Ids must be torch.long (embedding lookups need it)"
+            return no("dtype", f"On {case}: {values}{hint}.")
         if torch.equal(result, want):
             continue
-        longest = want.shape[1]
-        left = torch.tensor([[pad] * (longest - len(q)) + list(q) for q in seqs], dtype=torch.long)
+        left = torch.tensor([[pad] * (want.shape[1] - len(q)) + list(q) for q in seqs], dtype=torch.long)
         if torch.equal(result, left):
-            return f"On {case} the padding is on the left. Put it on the right, after the real tokens."
+            return no("left", f"On {case} the padding is on the left. Put it on the right, after the real tokens.")
         if torch.equal(result, pad_sequences(seqs, 0)):
-            return f"On {case} you padded with 0: use the pad_id you are given ({pad})."
-        return f"On {case} expected {want.tolist()}, got {result.tolist()}."
+            return no("zero-pad", f"On {case} you padded with 0: use the pad_id you are given ({pad}).")
+        return no("other", f"On {case} expected {want.tolist()}, got {result.tolist()}.")
     return CORRECT
 
 
@@ -133,6 +126,7 @@ def _ratio(d_model: int, generator: torch.Generator, scale: bool = True) -> floa
     return (tokens.norm(dim=-1).mean() / sinusoidal_encoding(500, d_model).norm(dim=-1).mean()).item()
 
 
+@checker
 def check_scale_ratio(fn) -> str:
     """Experiment: fn(d_model, generator) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start.
 
@@ -144,41 +138,24 @@ def check_scale_ratio(fn) -> str:
     results = {}
     for d, seed in ((64, 61), (512, 62), (96, 63)):
         case = f"d_model={d} with a generator seeded {seed}"
-        result, hint = attempt(fn, d, _seeded(seed), case=case)
-        if hint:
-            return hint
-        measured = _measured("the ratio", result)
-        if isinstance(measured, str):
-            return measured
-        got = results[d] = measured[0]
+        got = results[d] = measure("the ratio", run(fn, d, _seeded(seed), case=case))[0]
         want = (2 * d) ** 0.5
         if math.isclose(got, _ratio(d, _seeded(seed)), rel_tol=1e-4) or abs(got - want) < 0.05 * want:
             continue  # the same draw, or another route within the sampling spread
         if math.isclose(got, _ratio(d, _seeded(seed), scale=False), rel_tol=1e-3) or abs(got - 2**0.5) < 0.1:
-            return f"For {case} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first."
+            return no("unscaled", f"For {case} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first.")
         if abs(got * want - 1) < 0.05:
-            return f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding norm."
-        return f"For {case} expected a ratio near {want:.1f} (sqrt(2 d)), measured {got:.3g}."
-    same, hint = attempt(fn, 64, _seeded(61), case="d_model=64 with the same seed again")
-    if hint:
-        return hint
-    measured = _measured("the ratio", same)
-    if isinstance(measured, str):
-        return measured
-    if measured[0] != results[64]:
-        return (
-            "The same seed gave two different numbers: draw the 500 token vectors with the generator you are given "
-            "(torch.randn(..., generator=generator)), not from torch's global random state."
-        )
-    again, hint = attempt(fn, 64, _seeded(64), case="d_model=64 with another seed")
-    if hint:
-        return hint
-    measured = _measured("the ratio", again)
-    if isinstance(measured, str):
-        return measured
-    if measured[0] == results[64]:
-        return (
-            "Two different seeds gave exactly the same number, so nothing was measured from the generator you are "
-            "given (sqrt(2 d) typed in?): draw the 500 token vectors with it."
-        )
+            return no(
+                "inverted", f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding norm."
+            )
+        return no("other", f"For {case} expected a ratio near {want:.1f} (sqrt(2 d)), measured {got:.3g}.")
+    reproducible(
+        fn,
+        results[64],
+        (64, _seeded(61)),
+        (64, _seeded(64)),
+        case="d_model=64",
+        what="the ratio",
+        draw="draw the 500 token vectors",
+    )
     return CORRECT

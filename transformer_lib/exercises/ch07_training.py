@@ -8,52 +8,44 @@ import math
 import torch
 
 from ..training import noam_rate, smoothing_floor
-from ._common import CORRECT, _measured, aten_ops, attempt, counting_ops
-from ._match import near as _close
+from ._common import CORRECT, aten_ops, checker, counting_ops, measure, no, run
+from ._match import near, number, spot
 
 __all__ = ["check_noam", "check_smoothing_floor", "check_floor_experiment"]
 
 
-_NOAM_MISTAKES = [
-    (
-        lambda n, d, w: min(n**-0.5, n * w**-1.5),
-        "Almost: multiply by d_model ** -0.5, so that wider models take smaller steps.",
-    ),
-    (
-        lambda n, d, w: d**0.5 * min(n**-0.5, n * w**-1.5),
-        "The factor is d_model ** -0.5 (one over its root), not d_model ** 0.5.",
-    ),
-    (
-        lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5),
-        "Use min, not max: the rate follows the smaller of the rising and the falling branch.",
-    ),
-    (
-        lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5),
-        "The warm-up branch is step * warmup ** -1.5, not warmup ** -0.5.",
-    ),
-    (lambda n, d, w: d**-0.5 * min(n**-0.5, n / w), "The warm-up branch is step * warmup ** -1.5, not step / warmup."),
-    (
-        lambda n, d, w: d**-0.5 * n * w**-1.5,
-        "Only the warm-up branch: take the min with step ** -0.5, which decays after warm-up.",
-    ),
-    (
-        lambda n, d, w: d**-0.5 * n**-0.5,
-        "Only the decay branch: take the min with step * warmup ** -1.5, the linear warm-up.",
-    ),
-    (lambda n, d, w: noam_rate(n, 512, w), "Your answer uses d_model=512 whatever d_model it is given."),
-    (lambda n, d, w: noam_rate(n, d, 4000), "Your answer uses warmup=4000 whatever warmup it is given."),
-    (
-        lambda n, d, w: noam_rate(n + 1, d, w),
-        "Off by one: step_num already counts from 1, as in the paper; do not add 1.",
-    ),
-    (
-        lambda n, d, w: noam_rate(max(n - 1, 1), d, w),
-        "Off by one: step_num counts from 1, as in the paper; do not subtract 1.",
-    ),
-    (lambda n, d, w: noam_rate(n, d, w) * 1e-3, "Do not multiply by a base learning rate: the formula is the rate."),
-]
+# the rate each classic mistake computes for step n, d_model d and warmup w, by id
+_NOAM_MISTAKES = {
+    "no-d_model": lambda n, d, w: min(n**-0.5, n * w**-1.5),
+    "d_model-power": lambda n, d, w: d**0.5 * min(n**-0.5, n * w**-1.5),
+    "max": lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5),
+    "warmup-power": lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5),
+    "step-over-warmup": lambda n, d, w: d**-0.5 * min(n**-0.5, n / w),
+    "warmup-only": lambda n, d, w: d**-0.5 * n * w**-1.5,
+    "decay-only": lambda n, d, w: d**-0.5 * n**-0.5,
+    "fixed-d_model": lambda n, d, w: noam_rate(n, 512, w),
+    "fixed-warmup": lambda n, d, w: noam_rate(n, d, 4000),
+    "step-plus-one": lambda n, d, w: noam_rate(n + 1, d, w),
+    "step-minus-one": lambda n, d, w: noam_rate(max(n - 1, 1), d, w),
+    "base-rate": lambda n, d, w: noam_rate(n, d, w) * 1e-3,
+}
+_NOAM_HINTS = {
+    "no-d_model": "Almost: multiply by d_model ** -0.5, so that wider models take smaller steps.",
+    "d_model-power": "The factor is d_model ** -0.5 (one over its root), not d_model ** 0.5.",
+    "max": "Use min, not max: the rate follows the smaller of the rising and the falling branch.",
+    "warmup-power": "The warm-up branch is step * warmup ** -1.5, not warmup ** -0.5.",
+    "step-over-warmup": "The warm-up branch is step * warmup ** -1.5, not step / warmup.",
+    "warmup-only": "Only the warm-up branch: take the min with step ** -0.5, which decays after warm-up.",
+    "decay-only": "Only the decay branch: take the min with step * warmup ** -1.5, the linear warm-up.",
+    "fixed-d_model": "Your answer uses d_model=512 whatever d_model it is given.",
+    "fixed-warmup": "Your answer uses warmup=4000 whatever warmup it is given.",
+    "step-plus-one": "Off by one: step_num already counts from 1, as in the paper; do not add 1.",
+    "step-minus-one": "Off by one: step_num counts from 1, as in the paper; do not subtract 1.",
+    "base-rate": "Do not multiply by a base learning rate: the formula is the rate.",
+}
 
 
+@checker
 def check_noam(fn) -> str:
     """fn(step_num, d_model, warmup) must equal the paper's d_model^-0.5 * min(n^-0.5, n * warmup^-1.5).
 
@@ -62,28 +54,56 @@ def check_noam(fn) -> str:
     """
     cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 10), (3, 128, 7)]
     cases += [(7, 96, 7), (250, 24, 1000), (1500, 1024, 300), (2, 40, 2)]
-    values = []
-    for n, d, w in cases:
-        case = f"step {n} with d_model={d}, warmup={w}"
-        got, hint = attempt(fn, n, d, w, case=case)
-        if hint:
-            return hint
-        measured = _measured("the learning rate", got)
-        if isinstance(measured, str):
-            return measured
-        values.append(measured[0])
-    wrong = [(c, v) for c, v in zip(cases, values) if not _close(v, noam_rate(*c))]
+    values = [
+        measure("the learning rate", run(fn, n, d, w, case=f"step {n} with d_model={d}, warmup={w}"))[0]
+        for n, d, w in cases
+    ]
+    wrong = [(c, v) for c, v in zip(cases, values) if not near(v, noam_rate(*c))]
     if not wrong:
         return CORRECT
     (n, d, w), value = wrong[0]
-    want = noam_rate(n, d, w)
-    detail = f"(At step {n} with d_model={d}, warmup={w} expected {want:.6g}, got {value:.6g}.)"
-    for mistake, named in _NOAM_MISTAKES:
-        if all(_close(v, mistake(*c)) for c, v in zip(cases, values)):
-            return f"{named} {detail}"
-    return f"Not quite: {detail[1:-1]}"
+    detail = f"At step {n} with d_model={d}, warmup={w} expected {noam_rate(n, d, w):.6g}, got {value:.6g}."
+    for mistake, rate in _NOAM_MISTAKES.items():
+        if all(near(v, rate(*c)) for c, v in zip(cases, values)):
+            return no(mistake, f"{_NOAM_HINTS[mistake]} ({detail})")
+    return no("other", f"Not quite: {detail}")
 
 
+def _h(p: float, count: int = 1) -> float:
+    """The entropy (nats) of `count` classes of probability p each."""
+    return -count * p * math.log(p)
+
+
+# the number each classic mistake computes for V classes and smoothing e, by id
+_FLOOR_MISTAKES = [
+    ("all-but-target", lambda V, e: _h(1 - e) + _h(e / (V - 1), V - 1)),
+    ("bits", lambda V, e: smoothing_floor(V, e) / math.log(2)),
+    ("base-10", lambda V, e: smoothing_floor(V, e) / math.log(10)),
+    ("sign", lambda V, e: -smoothing_floor(V, e)),
+    ("log-v", lambda V, e: math.log(V)),
+    ("no-target-term", lambda V, e: _h(e / V, V - 1)),
+    ("one-other-class", lambda V, e: _h(1 - e + e / V) + _h(e / V)),
+    ("target-share", lambda V, e: _h(1 - e) + _h(e / V, V - 1)),
+    ("fixed-smoothing", lambda V, e: smoothing_floor(V, 0.1)),
+    ("zero", lambda V, e: 0.0),
+]
+_FLOOR_HINTS = {
+    "all-but-target": "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
+    "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
+    "bits": "That is in bits (log base 2): the loss is in nats, use the natural log.",
+    "base-10": "That uses log base 10: the loss is in nats, use the natural log.",
+    "sign": "The sign is flipped: the entropy is -sum q log q, a positive number.",
+    "log-v": "log V is the loss of a uniform prediction, not the floor: it is the entropy of the smoothed target.",
+    "no-target-term": "The target's own term is missing: add -p log p with p = 1 - smoothing + smoothing / V.",
+    "one-other-class": "There are V - 1 other classes, each with smoothing / V: multiply their term by V - 1.",
+    "target-share": "The target gets 1 - smoothing + smoothing / V (its share of the uniform part too), "
+    "not 1 - smoothing.",
+    "fixed-smoothing": "Your answer uses smoothing=0.1 whatever smoothing it is given.",
+    "zero": "The floor is not 0 with label smoothing: it is the entropy of the smoothed target, -sum q log q.",
+}
+
+
+@checker
 def check_smoothing_floor(fn) -> str:
     """fn(vocab_size, smoothing) must equal the entropy of the smoothed target (nats).
 
@@ -92,74 +112,30 @@ def check_smoothing_floor(fn) -> str:
     """
     for V, eps in [(10, 0.1), (42, 0.1), (1000, 0.2), (5, 0.5), (3, 0.9), (77, 0.35)]:
         case = f"V={V}, smoothing={eps}"
-        got, hint = attempt(fn, V, eps, case=case)
-        if hint:
-            return hint
-        measured = _measured("the floor", got)
-        if isinstance(measured, str):
-            return measured
-        value = measured[0]
+        value = measure("the floor", run(fn, V, eps, case=case))[0]
         want = smoothing_floor(V, eps)
-        if _close(value, want):
+        if near(value, want):
             continue
-        q, p = eps / V, 1 - eps + eps / V
-        r = eps / (V - 1)  # the other convention: smoothing spread over the V - 1 wrong classes only
-        mistakes = [
-            (
-                -(1 - eps) * math.log(1 - eps) - (V - 1) * r * math.log(r),
-                "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
-                "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
-            ),
-            (
-                -(1 - eps) * math.log(1 - eps) - eps * math.log(r),
-                "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
-                "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
-            ),
-            (want / math.log(2), "That is in bits (log base 2): the loss is in nats, use the natural log."),
-            (want / math.log(10), "That uses log base 10: the loss is in nats, use the natural log."),
-            (-want, "The sign is flipped: the entropy is -sum q log q, a positive number."),
-            (
-                math.log(V),
-                "log V is the loss of a uniform prediction, not the floor: it is the entropy of the smoothed target.",
-            ),
-            (
-                -(V - 1) * q * math.log(q),
-                "The target's own term is missing: add -p log p with p = 1 - smoothing + smoothing / V.",
-            ),
-            (
-                -p * math.log(p) - q * math.log(q),
-                "There are V - 1 other classes, each with smoothing / V: multiply their term by V - 1.",
-            ),
-            (
-                -(1 - eps) * math.log(1 - eps) - (V - 1) * q * math.log(q),
-                "The target gets 1 - smoothing + smoothing / V (its share of the uniform part too), not 1 - smoothing.",
-            ),
-            (smoothing_floor(V, 0.1), "Your answer uses smoothing=0.1 whatever smoothing it is given."),
-            (0.0, "The floor is not 0 with label smoothing: it is the entropy of the smoothed target, -sum q log q."),
-        ]
-        for wrong, named in mistakes:
-            if not _close(wrong, want) and _close(value, wrong):
-                return named
-        return f"Not quite: for {case} expected {want:.4f}, got {value:.4f}."
+        spot(value, want, [(floor(V, eps), mistake, _FLOOR_HINTS[mistake]) for mistake, floor in _FLOOR_MISTAKES])
+        return no("other", f"Not quite: for {case} expected {want:.4f}, got {value:.4f}.")
     return CORRECT
 
 
 def _curve(got) -> list[float] | None:
     """The learner's losses as a list of floats, or None when got is not a sequence of numbers."""
-    if isinstance(got, torch.Tensor):
-        got = got.detach().flatten().tolist() if got.ndim else None
-    if not isinstance(got, (list, tuple)):
-        return None
-    try:
-        return [float(v) for v in got]
-    except (TypeError, ValueError, RuntimeError):
-        return None
+    if isinstance(got, torch.Tensor) and got.ndim:
+        got = got.detach().flatten().tolist()
+    if isinstance(got, (list, tuple)):
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
+            return [float(v) for v in got]
+    return None
 
 
 # a prediction of the logits, under every spelling of the loss (F.cross_entropy, log_softmax, softmax, logsumexp)
 _PREDICTIONS = aten_ops("_log_softmax", "_softmax", "_safe_softmax", "logsumexp")
 
 
+@checker
 def check_floor_experiment(fn) -> str:
     """Experiment: fn(vocab_size, smoothing, steps) optimises free logits and returns the loss at every step.
 
@@ -169,66 +145,66 @@ def check_floor_experiment(fn) -> str:
     closed form or a constant cannot pass; and the code must compute a prediction (a softmax) at
     least once per step, so a curve drawn from a formula cannot either.
     """
-    settings = [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]
-    for V, eps, steps in settings:
+    for V, eps, steps in [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]:
         case = f"vocab_size={V}, smoothing={eps}, steps={steps}"
-        # counted on the short run only: a dispatch mode costs time per operation, and a curve drawn from a formula
-        # computes no softmax in any run
+        # counted on the short run only: a dispatch mode costs time per operation, and a formula computes none
         predictions = counting_ops(_PREDICTIONS) if steps < 10 else contextlib.nullcontext()
         with torch.random.fork_rng(), predictions:
             torch.manual_seed(V)
-            got, hint = attempt(fn, V, eps, steps, case=case)
-        if hint:
-            return hint
+            got = run(fn, V, eps, steps, case=case)
         curve = _curve(got)
         floor = smoothing_floor(V, eps)
         if curve is None:
-            measured = _measured("the losses", got)
-            if isinstance(measured, str):
-                return "Return the list of losses, one per step, not a single number."
-            if _close(measured[0], floor):
-                return (
-                    "That is the closed form, not a measurement: run the optimisation and return the loss at "
-                    "every step."
+            if number(got) is not None and near(number(got), floor):
+                return no(
+                    "closed-form",
+                    "That is the closed form, not a measurement: run the optimisation and return the loss at every "
+                    "step.",
                 )
-            return "Return the list of losses, one per step, not a single number."
+            return no("not-a-list", "Return the list of losses, one per step, not a single number.")
         if len(curve) != steps:
-            return f"For {case} expected {steps} losses, one per step, got {len(curve)}: use the steps argument."
+            return no(
+                "length", f"For {case} expected {steps} losses, one per step, got {len(curve)}: use the steps argument."
+            )
         if not all(math.isfinite(v) for v in curve):
-            return f"For {case} the losses are not all finite: check the learning rate."
+            return no("not-finite", f"For {case} the losses are not all finite: check the learning rate.")
         if abs(curve[0] - math.log(V)) > 1e-3:
             if all(abs(v - floor) < 1e-6 for v in curve):
-                return (
-                    "Those are the floor repeated, not a measurement: record the loss the optimiser reaches each step."
+                return no(
+                    "floor-repeated",
+                    "Those are the floor repeated, not a measurement: record the loss the optimiser reaches each step.",
                 )
-            return (
+            return no(
+                "first-loss",
                 f"For {case} the first loss is {curve[0]:.4f}, but zero logits (a uniform prediction) give "
-                f"log(V) = {math.log(V):.4f}: start from torch.zeros(vocab_size) and record the loss before each step."
+                f"log(V) = {math.log(V):.4f}: start from torch.zeros(vocab_size) and record the loss before each step.",
             )
         lowest = min(curve)
         if lowest < floor - 1e-3:
-            return (
+            return no(
+                "below-floor",
                 f"For {case} you report {lowest:.4f}, below the floor {floor:.4f}, which no prediction can "
-                "reach. Is the loss label-smoothed (smoothing=...)?"
+                "reach. Is the loss label-smoothed (smoothing=...)?",
             )
         if len(set(curve)) == 1:
-            return f"For {case} the loss never changes: take an optimiser step after each loss."
+            return no("flat", f"For {case} the loss never changes: take an optimiser step after each loss.")
+        if steps >= 10 and lowest > floor + 0.01:
+            return no(
+                "above-floor",
+                f"For {case} the lowest loss was {lowest:.4f}, still above the floor {floor:.4f}: raise the "
+                "learning rate (Adam with lr=0.1 is enough).",
+            )
         if steps < 10 and predictions.count < steps:
-            return (
+            return no(
+                "formula",
                 f"For {case} your code computed {predictions.count} predictions (softmaxes) for {steps} losses: a "
                 "curve written from a formula is not a measurement. Compute the loss of the current logits at "
-                "every step, then take an optimiser step."
+                "every step, then take an optimiser step.",
             )
-        if steps < 10:
-            if abs(curve[-1] - floor) < 1e-6:
-                return (
-                    f"For {case} your curve ends exactly on the floor after {steps} steps, which no optimiser "
-                    "reaches that fast: return the losses you measured, not the formula."
-                )
-            continue
-        if lowest > floor + 0.01:
-            return (
-                f"For {case} the lowest loss was {lowest:.4f}, still above the floor {floor:.4f}: raise the "
-                "learning rate (Adam with lr=0.1 is enough)."
+        if steps < 10 and abs(curve[-1] - floor) < 1e-6:
+            return no(
+                "ends-on-floor",
+                f"For {case} your curve ends exactly on the floor after {steps} steps, which no optimiser "
+                "reaches that fast: return the losses you measured, not the formula.",
             )
     return CORRECT

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 
 from ..masks import padding_mask
 from ..training import classification_accuracy
-from ._common import CORRECT, _measured, attempt
-from ._match import first_mistake, same, tensor_problem
+from ._common import CORRECT, Wrong, checker, measure, no, run
+from ._match import expect_tensor, same, spot
 
 __all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation"]
 
@@ -18,11 +19,7 @@ def _pool_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(name, hidden, ids, mask): shapes, widths, pad ids and padding amounts all vary; data is random."""
     g = torch.Generator().manual_seed(3)
     cases = []
-    for B, S, d, pad, lengths in (
-        (3, 5, 4, 0, [5, 2, 1]),
-        (4, 7, 6, 3, [3, 7, 5, 1]),
-        (2, 6, 10, 11, [6, 4]),
-    ):
+    for B, S, d, pad, lengths in ((3, 5, 4, 0, [5, 2, 1]), (4, 7, 6, 3, [3, 7, 5, 1]), (2, 6, 10, 11, [6, 4])):
         hidden = torch.randn(B, S, d, generator=g) * 2 + 0.5
         ids = torch.randint(0, 20, (B, S), generator=g)
         ids[ids == pad] = pad + 1  # real tokens never use the pad id
@@ -32,31 +29,30 @@ def _pool_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     return cases
 
 
+@checker
 def check_mean_pool(fn) -> str:
     """fn(hidden (B, S, d), mask (B, 1, 1, S)) must average the real positions, (B, d)."""
     for case, hidden, _ids, mask in _pool_cases():
         keep = mask[:, 0, 0, :, None].double()  # (B, S, 1)
         h = hidden.double()
         want = (h * keep).sum(1) / keep.sum(1)
-        got, hint = attempt(fn, hidden.clone(), mask.clone(), case=case)
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+        got = run(fn, hidden.clone(), mask.clone(), case=case)
+        expect_tensor(got, want, case)
         if same(got, want):
             continue
-        S = hidden.shape[1]
+        pads = (h * (1 - keep)).sum(1) / (1 - keep).sum(1).clamp(min=1)
         mistakes = [
-            (h.mean(1), "The padding is averaged in: weight positions by the mask."),
-            ((h * keep).sum(1) / S, "Almost: divide by the number of real tokens, not by S."),
-            ((h * keep).sum(1), "That is the sum of the real positions: divide by how many there are."),
-            ((h * (1 - keep)).sum(1) / (1 - keep).sum(1).clamp(min=1), "Upside down: you averaged the pads only."),
-            (h[:, 0], "That is the first position only: average over every real position."),
+            (h.mean(1), "padding-averaged", "The padding is averaged in: weight positions by the mask."),
+            ((h * keep).sum(1) / h.shape[1], "divided-by-S", "Almost: divide by the number of real tokens, not by S."),
+            ((h * keep).sum(1), "sum", "That is the sum of the real positions: divide by how many there are."),
+            (pads, "pads-only", "Upside down: you averaged the pads only."),
+            (h[:, 0], "first-position", "That is the first position only: average over every real position."),
         ]
-        return first_mistake(got, want, mistakes) or (
+        spot(got, want, mistakes)
+        return no(
+            "other",
             f"Not the mean over the real positions on {case}: sum hidden where the mask is True, "
-            "divide by the number of True positions."
+            "divide by the number of True positions.",
         )
     return CORRECT
 
@@ -70,6 +66,20 @@ def _randomise_norms(layer: torch.nn.Module, g: torch.Generator) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1.0 if p.ndim and p is norm.weight else 0.0))
 
 
+_PRE_LN_HINTS = {
+    "post-ln": "That is the post-LN order: normalise before each sublayer instead.",
+    "norm1-twice": "You used norm1 for both sublayers: the feed-forward reads norm2(z).",
+    "norm2-twice": "You used norm2 for both sublayers: attention reads norm1(x).",
+    "norms-swapped": "norm1 and norm2 are swapped: norm1 before attention, norm2 before the feed-forward.",
+    "no-attention-residual": "The attention sublayer has lost its residual: z = x + attn(norm1(x)).",
+    "no-ff-residual": "The feed-forward has lost its residual: out = z + ff(norm2(z)).",
+    "final-norm": "Pre-LN does not normalise the output: out = z + ff(norm2(z)), no norm after.",
+    "ff-reads-x": "The feed-forward reads norm2(z), z = x + attention, not norm2(x).",
+    "mask-ignored": "The mask is ignored: pass it to self_attn so that padding is not attended to.",
+}
+
+
+@checker
 def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module]) -> str:
     """fn(layer, x, mask) must run a layer's parts in pre-LN order; make_layer builds the learner's layer class.
 
@@ -85,7 +95,7 @@ def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module
                 layer = make_layer(d, h, d_ff).eval()
             _randomise_norms(layer, g)
         except Exception as error:  # the learner's layer class is part of the answer
-            return f"Building your layer class raised {type(error).__name__} for {case}: {error}"
+            return no("raised", f"Building your layer class raised {type(error).__name__} for {case}: {error}")
         x = torch.randn(B, S, d, generator=g) * 1.5 + 0.3
         ids = torch.randint(1, 30, (B, S), generator=g)
         ids[ids == pad] = pad + 1
@@ -96,37 +106,29 @@ def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module
         with torch.no_grad():
             z = x + A(n1(x))
             want = z + F_(n2(z))
-            got, hint = attempt(fn, layer, x.clone(), mask.clone(), case=case)
-            if hint:
-                return hint
-            problem = tensor_problem(got, want, case)
-            if problem:
-                return problem
+            got = run(fn, layer, x.clone(), mask.clone(), case=case)
+            expect_tensor(got, want, case)
             if same(got, want, atol=1e-4):
                 continue
             post = n1(x + A(x))
             z1, z2, zs = x + A(n1(x)), x + A(n2(x)), x + A(n1(x), None)
-            mistakes = [
-                (n2(post + F_(post)), "That is the post-LN order: normalise before each sublayer instead."),
-                (z1 + F_(n1(z1)), "You used norm1 for both sublayers: the feed-forward reads norm2(z)."),
-                (z2 + F_(n2(z2)), "You used norm2 for both sublayers: attention reads norm1(x)."),
-                (
-                    z2 + F_(n1(z2)),
-                    "norm1 and norm2 are swapped: norm1 before attention, norm2 before the feed-forward.",
-                ),
-                (A(n1(x)) + F_(n2(A(n1(x)))), "The attention sublayer has lost its residual: z = x + attn(norm1(x))."),
-                (F_(n2(z1)), "The feed-forward has lost its residual: out = z + ff(norm2(z))."),
-                (n2(z1 + F_(n2(z1))), "Pre-LN does not normalise the output: out = z + ff(norm2(z)), no norm after."),
-                (z1 + F_(n2(x)), "The feed-forward reads norm2(z), z = x + attention, not norm2(x)."),
-                (zs + F_(n2(zs)), "The mask is ignored: pass it to self_attn so that padding is not attended to."),
-            ]
-            found = first_mistake(got, want, mistakes, atol=1e-4)
-            if found:
-                return found
-        return f"Not quite the pre-LN order on {case}: z = x + attn(norm1(x)); out = z + ff(norm2(z))."
+            mistakes = {
+                "post-ln": n2(post + F_(post)),
+                "norm1-twice": z1 + F_(n1(z1)),
+                "norm2-twice": z2 + F_(n2(z2)),
+                "norms-swapped": z2 + F_(n1(z2)),
+                "no-attention-residual": A(n1(x)) + F_(n2(A(n1(x)))),
+                "no-ff-residual": F_(n2(z1)),
+                "final-norm": n2(z1 + F_(n2(z1))),
+                "ff-reads-x": z1 + F_(n2(x)),
+                "mask-ignored": zs + F_(n2(zs)),
+            }
+            spot(got, want, [(wrong, m, _PRE_LN_HINTS[m]) for m, wrong in mistakes.items()], atol=1e-4)
+        return no("other", f"Not quite the pre-LN order on {case}: z = x + attn(norm1(x)); out = z + ff(norm2(z)).")
     return CORRECT
 
 
+@checker
 def check_first_pool(fn) -> str:
     """fn(hidden (B, S, d)) must return the vector at position 0 of each sequence, (B, d)."""
     g = torch.Generator().manual_seed(8)
@@ -134,25 +136,25 @@ def check_first_pool(fn) -> str:
         case = f"hidden of shape ({B}, {S}, {d})"
         hidden = torch.randn(B, S, d, generator=g)
         want = hidden[:, 0].double()
-        got, hint = attempt(fn, hidden.clone(), case=case)
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case)
-        if problem:
-            if isinstance(got, torch.Tensor) and got.shape == (B, 1, d):
-                return "Keep one vector per sequence, (B, d): index hidden[:, 0], not hidden[:, :1]."
-            if isinstance(got, torch.Tensor) and got.shape == (S, d):
-                return "That is the first sequence of the batch: take position 0 of every sequence, hidden[:, 0]."
-            return problem
+        got = run(fn, hidden.clone(), case=case)
+        if isinstance(got, torch.Tensor) and got.shape == (B, 1, d):
+            return no("kept-axis", "Keep one vector per sequence, (B, d): index hidden[:, 0], not hidden[:, :1].")
+        if isinstance(got, torch.Tensor) and got.shape == (S, d) != want.shape:
+            return no(
+                "first-sequence",
+                "That is the first sequence of the batch: take position 0 of every sequence, hidden[:, 0].",
+            )
+        expect_tensor(got, want, case)
         if same(got, want):
             continue
         mistakes = [
-            (hidden[:, -1], "That is the last position. The <bos> / [CLS] token sits at position 0."),
-            (hidden.mean(1), "That is mean pooling. Take position 0 only."),
-            (hidden[:, 1], "That is position 1: Python counts from 0, the [CLS] token is hidden[:, 0]."),
-            (hidden.max(1).values, "That is max pooling. Take position 0 only."),
+            (hidden[:, -1], "last-position", "That is the last position. The <bos> / [CLS] token sits at position 0."),
+            (hidden.mean(1), "mean-pooling", "That is mean pooling. Take position 0 only."),
+            (hidden[:, 1], "position-1", "That is position 1: Python counts from 0, the [CLS] token is hidden[:, 0]."),
+            (hidden.max(1).values, "max-pooling", "That is max pooling. Take position 0 only."),
         ]
-        return first_mistake(got, want, mistakes) or f"Not position 0 on {case}: index hidden[:, 0]."
+        spot(got, want, mistakes)
+        return no("other", f"Not position 0 on {case}: index hidden[:, 0].")
     return CORRECT
 
 
@@ -169,6 +171,7 @@ def _accuracy_without_head(model, x, y, layer: int, head: int) -> float:
     return accuracy
 
 
+@checker
 def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
     """Experiment: fn(model, x, y, layer, head) measures the accuracy with that head switched off.
 
@@ -184,11 +187,9 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
     model.eval()
     g = torch.Generator().manual_seed(len(y))
     n = len(y)
-    subsets = []
-    for size in (min(max(2 * n // 3, 2), 240), min(max(n // 2, 2), 160)):
-        subsets.append((f"a random subset of {size} examples", torch.randperm(n, generator=g)[:size]))
-    layers = model.encoder.layers
-    heads = [(i, j) for i, lyr in enumerate(layers) for j in range(lyr.self_attn.num_heads)]
+    sizes = (min(max(2 * n // 3, 2), 240), min(max(n // 2, 2), 160))
+    subsets = [(f"a random subset of {size} examples", torch.randperm(n, generator=g)[:size]) for size in sizes]
+    heads = [(i, j) for i, lyr in enumerate(model.encoder.layers) for j in range(lyr.self_attn.num_heads)]
     first = subsets[0][1].to(device)
     full = classification_accuracy(model, x[first], y[first])
     effect = {h: abs(full - _accuracy_without_head(model, x[first], y[first], *h)) for h in heads}
@@ -199,48 +200,56 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
         xs, ys = x[index.to(device)], y[index.to(device)]
         for layer, head in chosen:
             case = f"layer {layer}, head {head} on {where}"
-            got, hint = attempt(fn, model, xs, ys, layer, head, case=case)
-            changed = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-            if changed:
-                with torch.no_grad():
-                    for p, b in zip(model.parameters(), before):
-                        p.copy_(b)
-                return "Your experiment changed the model's weights: put the head back after measuring."
-            if hint:
-                return hint
-            measured = _measured("the accuracy", got)
-            if isinstance(measured, str):
-                return measured
-            value = measured[0]
+            try:
+                value = measure("the accuracy", run(fn, model, xs, ys, layer, head, case=case))[0]
+            finally:  # changed weights are put back, and named before any other problem (even an error)
+                if any(not torch.equal(a, b) for a, b in zip(before, model.parameters())):
+                    with torch.no_grad():
+                        for p, b in zip(model.parameters(), before):
+                            p.copy_(b)
+                    hint = "Your experiment changed the model's weights: put the head back after measuring."
+                    raise Wrong("model-changed", hint)
             want = _accuracy_without_head(model, xs, ys, layer, head)
             if abs(value - want) <= 1.5 / len(ys):  # one borderline example may round the other way
                 continue
             full = classification_accuracy(model, xs, ys)
             half = 0.5 / len(ys)  # half an example: float32 means round 38/80 to 0.47499999
             if abs(value - full) < half and abs(want - full) > half:
-                return f"On {case}: that is the accuracy with every head on ({full:.4f}): zero the head's output first."
+                return no(
+                    "all-heads-on",
+                    f"On {case}: that is the accuracy with every head on ({full:.4f}): zero the head's output first.",
+                )
             if abs(value - 100 * want) <= 150 / len(ys) and want > 0:
-                return f"On {case}: that is a percentage ({value:.2f}); return the accuracy as a fraction."
+                return no(
+                    "percentage", f"On {case}: that is a percentage ({value:.2f}); return the accuracy as a fraction."
+                )
             if abs(value - (1 - want)) <= 1.5 / len(ys):
-                return f"On {case}: that is the error rate ({value:.4f}), 1 - accuracy; return the accuracy."
+                return no(
+                    "error-rate", f"On {case}: that is the error rate ({value:.4f}), 1 - accuracy; return the accuracy."
+                )
             on_all = _accuracy_without_head(model, x, y, layer, head)
             if abs(value - on_all) < half and abs(want - on_all) > half:
-                return (
+                return no(
+                    "given-data-ignored",
                     f"On {case}: {value:.4f} is the accuracy on all the chapter's examples. The checker runs your "
-                    f"measurement on data of its own: measure on the {len(ys)} examples you are given (xs, ys)."
+                    f"measurement on data of its own: measure on the {len(ys)} examples you are given (xs, ys).",
                 )
             other = next(i for w, i in subsets if w != where).to(device)
             other_want = _accuracy_without_head(model, x[other], y[other], layer, head)
-            again, _ = attempt(fn, model, x[other], y[other], layer, head, case=case)
-            if abs(other_want - want) > half and isinstance(_measured("", again), list) and float(again) == value:
-                return (
+            again = None
+            with contextlib.suppress(Wrong):
+                again = measure("", run(fn, model, x[other], y[other], layer, head, case=case))[0]
+            if abs(other_want - want) > half and again == value:
+                return no(
+                    "not-measured",
                     f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}, and the same "
                     "number again on other examples. The checker runs your measurement on data of its own, so "
-                    "it must measure, not return a number."
+                    "it must measure, not return a number.",
                 )
-            return (
+            return no(
+                "other",
                 f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}. Zero the head's "
                 "d_k columns of out_proj.weight (the part that reads its output), measure on the examples you "
-                "are given, then put the weights back."
+                "are given, then put the weights back.",
             )
     return CORRECT

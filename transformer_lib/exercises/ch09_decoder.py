@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from ..masks import causal_mask
-from ._common import CORRECT, _measured, attempt
+from ._common import CORRECT, Wrong, checker, measure, no, run
 from ._match import _shape
 
 __all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
+
+
+def _again(fn, *args, case: str):
+    """fn(*args) once more, a second look after a first answer: None where it gives no answer."""
+    with contextlib.suppress(Wrong):
+        return run(fn, *args, case=case)
+    return None
 
 
 def _rows(seed: int, R: int, V: int, repeat: int) -> torch.Tensor:
@@ -21,10 +29,8 @@ def _rows(seed: int, R: int, V: int, repeat: int) -> torch.Tensor:
 
 def _frequencies(picks: torch.Tensor, R: int, V: int, repeat: int) -> torch.Tensor:
     """(R, V): how often each token was picked in each group of identical rows."""
-    return (
-        torch.stack([torch.bincount(picks[r * repeat : (r + 1) * repeat], minlength=V)[:V] for r in range(R)]).double()
-        / repeat
-    )
+    counts = [torch.bincount(picks[r * repeat : (r + 1) * repeat], minlength=V)[:V] for r in range(R)]
+    return torch.stack(counts).double() / repeat
 
 
 def _top_k_probs(logits: torch.Tensor, temperature: float, k: int | None) -> torch.Tensor:
@@ -34,6 +40,16 @@ def _top_k_probs(logits: torch.Tensor, temperature: float, k: int | None) -> tor
     return scaled.softmax(-1)
 
 
+# what a draw that follows the wrong probabilities did, by id ({k}: top_k)
+_SAMPLE_HINTS = {
+    "temperature-ignored": "The temperature is ignored: divide the logits by it before the softmax.",
+    "temperature-multiplied": "Divide the logits by the temperature; you multiplied them.",
+    "top-k-ignored": "top_k={k} is ignored: keep only the top_k best logits.",
+    "uniform": "Every token is equally likely in your draws: sample from softmax(logits / temperature).",
+}
+
+
+@checker
 def check_sample(fn) -> str:
     """fn(logits (B, V), temperature, top_k, rng) must return (B, 1) ids: greedy, tempered, top-k.
 
@@ -45,75 +61,91 @@ def check_sample(fn) -> str:
     for B, V in ((7, 9), (3, 5)):
         logits = torch.randn(B, V, generator=g) * 2
         case = f"logits of shape ({B}, {V}) at temperature 0"
-        got, hint = attempt(fn, logits.clone(), 0.0, None, torch.Generator().manual_seed(1), case=case)
-        if hint:
-            return hint
+        got = run(fn, logits.clone(), 0.0, None, torch.Generator().manual_seed(1), case=case)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (B,):
+            return no(
+                "keepdim", f"On {case} expected shape (B, 1) = ({B}, 1), got ({B},): keep the last axis (keepdim=True)."
+            )
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (B, 1):
-            if isinstance(got, torch.Tensor) and tuple(got.shape) == (B,):
-                return f"On {case} expected shape (B, 1) = ({B}, 1), got ({B},): keep the last axis (keepdim=True)."
-            return f"On {case} expected shape (B, 1) = ({B}, 1), got {_shape(got)}."
+            return no("shape", f"On {case} expected shape (B, 1) = ({B}, 1), got {_shape(got)}.")
         if torch.equal(got.flatten(), logits.argmin(-1)):
-            return "With temperature 0 take the argmax, the likeliest token, not the argmin."
+            return no("argmin", "With temperature 0 take the argmax, the likeliest token, not the argmin.")
         if not torch.equal(got.flatten(), logits.argmax(-1)):
-            return f"On {case}: with temperature 0, return the argmax of each row (no sampling)."
+            return no("not-greedy", f"On {case}: with temperature 0, return the argmax of each row (no sampling).")
     settings = ((2, 2, 6, 1.0, 2), (1, 3, 8, 0.7, 3), (3, 2, 11, 1.8, None), (4, 2, 7, 0.5, None), (5, 2, 10, 1.3, 5))
     repeat = 3000
+    always_argmax = "you always picked the argmax: sample from the softmax when temperature > 0."
     for seed, R, V, t, k in settings:
         logits = _rows(seed, R, V, repeat)
         case = f"{R * repeat} rows of {V} logits at temperature {t} with top_k={k}"
-        got, hint = attempt(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
-        if hint:
-            return hint
+        got = run(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (R * repeat, 1):
-            return f"On {case} expected shape ({R * repeat}, 1), got {_shape(got)}."
+            return no("shape", f"On {case} expected shape ({R * repeat}, 1), got {_shape(got)}.")
         picks = got.flatten().long()
         if picks.min() < 0 or picks.max() >= V:
-            return f"On {case} you returned ids outside 0..{V - 1}: return token ids, not probabilities."
-        freq = _frequencies(picks, R, V, repeat)
-        want = _top_k_probs(logits[::repeat], t, k)
-        if (freq - want).abs().max() <= 0.04 and not (k is not None and (freq[want == 0] > 0).any()):
-            again, _ = attempt(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
-            if isinstance(again, torch.Tensor) and not torch.equal(again, got):
-                return "The same rng seed gave different draws: pass `rng` to torch.multinomial (generator=rng)."
-            continue
+            return no("not-ids", f"On {case} you returned ids outside 0..{V - 1}: return token ids, not probabilities.")
         rows = logits[::repeat]
-        if k is not None and (freq[want == 0] > 0).any():
-            kept = int((freq > 0).sum(-1).max())
-            if kept > k and (freq - _top_k_probs(rows, t, None)).abs().max() <= 0.04:
-                return f"top_k={k} is ignored on {case}: only the {k} likeliest tokens may ever be picked."
-            return f"On {case} you picked tokens outside the top {k}: keep only the top_k best logits."
+        freq, want = _frequencies(picks, R, V, repeat), _top_k_probs(rows, t, k)
+        outside = k is not None and bool((freq[want == 0] > 0).any())
+        if (freq - want).abs().max() <= 0.04 and not outside:
+            again = _again(fn, logits.clone(), t, k, torch.Generator().manual_seed(seed), case=case)
+            if isinstance(again, torch.Tensor) and not torch.equal(again, got):
+                return no(
+                    "seed-ignored",
+                    "The same rng seed gave different draws: pass `rng` to torch.multinomial (generator=rng).",
+                )
+            continue
+        if outside:
+            if int((freq > 0).sum(-1).max()) > k and (freq - _top_k_probs(rows, t, None)).abs().max() <= 0.04:
+                return no(
+                    "top-k-ignored",
+                    f"top_k={k} is ignored on {case}: only the {k} likeliest tokens may ever be picked.",
+                )
+            return no(
+                "outside-top-k", f"On {case} you picked tokens outside the top {k}: keep only the top_k best logits."
+            )
         if k is not None and int((freq > 0).sum(-1).max()) == k - 1:
             if k == 2:  # one token picked: top_k - 1, or the argmax whatever the settings? Try without top_k
                 probe = _rows(4, 2, 7, 500)
-                again, _ = attempt(fn, probe.clone(), 1.0, None, torch.Generator().manual_seed(4), case=case)
+                again = _again(fn, probe.clone(), 1.0, None, torch.Generator().manual_seed(4), case=case)
                 if isinstance(again, torch.Tensor) and torch.equal(again.flatten(), probe.argmax(-1)):
-                    return f"On {case} you always picked the argmax: sample from the softmax when temperature > 0."
-            return f"Only top_k - 1 = {k - 1} tokens are ever picked on {case}: keep the k-th best too (< kth, not <=)."
-        if (
-            (freq - want).abs().max() > 0.04
-            and (freq.argmax(-1) == rows.argmax(-1)).all()
-            and (freq.max(-1).values > 0.99).all()
-        ):
-            return f"On {case} you always picked the argmax: sample from the softmax when temperature > 0."
-        candidates = [
-            (_top_k_probs(rows, 1.0, k), "The temperature is ignored: divide the logits by it before the softmax."),
-            (_top_k_probs(rows, 1 / t, k), "Divide the logits by the temperature; you multiplied them."),
-            (_top_k_probs(rows, t, None), f"top_k={k} is ignored: keep only the top_k best logits."),
-            (
-                torch.full_like(want, 1 / V),
-                "Every token is equally likely in your draws: sample from softmax(logits / temperature).",
-            ),
-        ]
-        for probs, named in candidates:
+                    return no("always-argmax", f"On {case} {always_argmax}")
+            return no(
+                "top-k-minus-one",
+                f"Only top_k - 1 = {k - 1} tokens are ever picked on {case}: keep the k-th best too (< kth, not <=).",
+            )
+        if (freq.argmax(-1) == rows.argmax(-1)).all() and (freq.max(-1).values > 0.99).all():
+            return no("always-argmax", f"On {case} {always_argmax}")
+        candidates = {
+            "temperature-ignored": _top_k_probs(rows, 1.0, k),
+            "temperature-multiplied": _top_k_probs(rows, 1 / t, k),
+            "top-k-ignored": _top_k_probs(rows, t, None),
+            "uniform": torch.full_like(want, 1 / V),
+        }
+        for mistake, probs in candidates.items():
             if not torch.allclose(probs, want, atol=0.06) and (freq - probs).abs().max() <= 0.04:
-                return f"On {case}: {named}"
-        return (
+                return no(mistake, f"On {case}: {_SAMPLE_HINTS[mistake].format(k=k)}")
+        return no(
+            "other",
             f"On {case} the draws do not follow softmax(logits / temperature) over the top_k: the largest gap "
-            f"between a token's share and its probability is {(freq - want).abs().max().item():.2f}."
+            f"between a token's share and its probability is {(freq - want).abs().max().item():.2f}.",
         )
     return CORRECT
 
 
+_WINDOW_HINTS = {
+    "swapped": "x and y are swapped: x is the window, y the same window shifted one token later.",
+    "not-shifted": "y must be x shifted by one: the target at each position is the next token.",
+    "wrong-way": "Shifted the wrong way: y[b, t] is the token after x[b, t], ids[starts[b] + t + 1].",
+    "shifted-by-two": "Shifted by two: y[b, t] is the very next token, ids[starts[b] + t + 1].",
+    "next-window": "y is the next window: it must overlap x, one token later, ids[starts[b] + t + 1].",
+    "added-one": "y = x + 1 adds one to the ids: take the *next token* from ids, ids[starts[b] + t + 1].",
+    "starts-late": "Off by one: x[b] starts at ids[starts[b]], not one later.",
+    "starts-early": "Off by one: x[b] starts at ids[starts[b]], y one token later; yours start one earlier.",
+}
+
+
+@checker
 def check_windows(fn) -> str:
     """fn(ids (N,), starts (B,), block_size) must return x, y (B, block_size) with y = x shifted by one.
 
@@ -124,53 +156,70 @@ def check_windows(fn) -> str:
         ids = torch.randint(0, 50, (N,), generator=g)
         starts_t = torch.tensor(starts)
         case = f"{N} random ids, starts={starts}, block_size={n}"
-        offsets = torch.arange(n)
-        want_x, want_y = ids[starts_t[:, None] + offsets], ids[starts_t[:, None] + offsets + 1]
-        got, hint = attempt(fn, ids.clone(), starts_t.clone(), n, case=case)
-        if hint:
-            return hint
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return f"Return a pair x, y; on {case} your answer returned {_shape(got)}."
-        x, y = got
-        shape = (len(starts), n)
-        if (
-            not isinstance(x, torch.Tensor)
-            or not isinstance(y, torch.Tensor)
-            or tuple(x.shape) != shape
-            or tuple(y.shape) != shape
-        ):
-            return f"On {case} expected x and y of shape {shape}, got {_shape(x)} and {_shape(y)}."
-        if torch.equal(x, want_x) and torch.equal(y, want_y):
-            continue
 
         def window(shift: int, ids=ids, starts=starts_t, n=n) -> torch.Tensor:
             index = (starts[:, None] + torch.arange(n) + shift).clamp(0, len(ids) - 1)
             return ids[index]
 
-        if torch.equal(x, want_y) and torch.equal(y, want_x):
-            return "x and y are swapped: x is the window, y the same window shifted one token later."
+        want_x, want_y = window(0), window(1)
+        got = run(fn, ids.clone(), starts_t.clone(), n, case=case)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return no("not-a-pair", f"Return a pair x, y; on {case} your answer returned {_shape(got)}.")
+        x, y = got
+        shape = (len(starts), n)
+        if not all(isinstance(t, torch.Tensor) and tuple(t.shape) == shape for t in (x, y)):
+            return no("shape", f"On {case} expected x and y of shape {shape}, got {_shape(x)} and {_shape(y)}.")
+        if torch.equal(x, want_x) and torch.equal(y, want_y):
+            continue
+        mistakes = {  # what each mistake returns, (x, y)
+            "swapped": (want_y, want_x),
+            "not-shifted": (want_x, want_x),
+            "wrong-way": (want_x, window(-1)),
+            "shifted-by-two": (want_x, window(2)),
+            "next-window": (want_x, window(n)),
+            "added-one": (want_x, want_x + 1),
+            "starts-late": (window(1), window(2)),
+            "starts-early": (window(-1), want_x),
+        }
+        for mistake, (wrong_x, wrong_y) in mistakes.items():
+            if torch.equal(x, wrong_x) and torch.equal(y, wrong_y):
+                return no(mistake, _WINDOW_HINTS[mistake])
         if torch.equal(x, want_x):
-            if torch.equal(y, want_x):
-                return "y must be x shifted by one: the target at each position is the next token."
-            if torch.equal(y, window(-1)):
-                return "Shifted the wrong way: y[b, t] is the token after x[b, t], ids[starts[b] + t + 1]."
-            if torch.equal(y, window(2)):
-                return "Shifted by two: y[b, t] is the very next token, ids[starts[b] + t + 1]."
-            if torch.equal(y, window(n)):
-                return "y is the next window: it must overlap x, one token later, ids[starts[b] + t + 1]."
-            if torch.equal(y, x + 1):
-                return "y = x + 1 adds one to the ids: take the *next token* from ids, ids[starts[b] + t + 1]."
-            return f"x is right but y is not on {case}: y[b] = ids[starts[b] + 1 : starts[b] + 1 + block_size]."
-        if torch.equal(x, window(1)) and torch.equal(y, window(2)):
-            return "Off by one: x[b] starts at ids[starts[b]], not one later."
-        if torch.equal(x, window(-1)) and torch.equal(y, want_x):
-            return "Off by one: x[b] starts at ids[starts[b]], y one token later; yours start one earlier."
-        if torch.equal(x, ids[starts_t[:1, None] + offsets].expand(shape)):
-            return "Every row uses starts[0]: row b starts at starts[b]."
-        return f"Not quite on {case}: x[b] = ids[starts[b] : starts[b] + block_size], y[b] one token later."
+            return no(
+                "wrong-y", f"x is right but y is not on {case}: y[b] = ids[starts[b] + 1 : starts[b] + 1 + block_size]."
+            )
+        if torch.equal(x, window(0, starts=starts_t[:1].expand(len(starts)))):
+            return no("first-start", "Every row uses starts[0]: row b starts at starts[b].")
+        return no(
+            "other", f"Not quite on {case}: x[b] = ids[starts[b] : starts[b] + block_size], y[b] one token later."
+        )
     return CORRECT
 
 
+# the size each classic mistake computes, by id
+_KV_MISTAKES = {
+    "no-values": lambda L, d, T, B, nb: L * d * T * B * nb,
+    "numbers-not-bytes": lambda L, d, T, B, nb: 2 * L * d * T * B,
+    "one-layer": lambda L, d, T, B, nb: 2 * d * T * B * nb,
+    "one-sequence": lambda L, d, T, B, nb: 2 * L * d * T * nb,
+    "one-token": lambda L, d, T, B, nb: 2 * L * d * B * nb,
+    "bits": lambda L, d, T, B, nb: 16 * L * d * T * B * nb,
+    "d_model-squared": lambda L, d, T, B, nb: 2 * L * d * d * T * B * nb,
+    "factor-4": lambda L, d, T, B, nb: 4 * L * d * T * B * nb,
+}
+_KV_HINTS = {
+    "no-values": "Half of it: the cache holds keys AND values for every layer (a factor 2).",
+    "numbers-not-bytes": "That counts numbers, not bytes: multiply by bytes_per_value.",
+    "one-layer": "That is one layer: every layer keeps its own keys and values, times num_layers.",
+    "one-sequence": "That is one sequence: the cache holds every sequence of the batch, times batch.",
+    "one-token": "That is one token: the cache grows with the context, times context.",
+    "bits": "That is in bits: bytes_per_value already counts bytes, do not multiply by 8.",
+    "d_model-squared": "Keys and values are d_model numbers per token, not d_model**2 (the weights are not cached).",
+    "factor-4": "Twice too much: one key and one value per token and layer, a factor 2, not 4.",
+}
+
+
+@checker
 def check_kv_cache_bytes(fn) -> str:
     """fn(num_layers, d_model, context, batch, bytes_per_value) must return the KV cache's size in bytes.
 
@@ -178,62 +227,17 @@ def check_kv_cache_bytes(fn) -> str:
     value vector of d_model numbers per token of each sequence.
     """
     cases = ((2, 64, 128, 8, 4), (24, 1024, 2048, 1, 2), (12, 768, 1024, 2, 2), (3, 40, 7, 5, 1), (6, 96, 33, 3, 8))
-    values = []
-    for L, d, T, B, nb in cases:
-        case = f"num_layers={L}, d_model={d}, context={T}, batch={B}, bytes_per_value={nb}"
-        got, hint = attempt(fn, L, d, T, B, nb, case=case)
-        if hint:
-            return hint
-        measured = _measured("the number of bytes", got)
-        if isinstance(measured, str):
-            return measured
-        values.append(measured[0])
-
-    def right(L, d, T, B, nb):
-        return 2 * L * d * T * B * nb
-
-    wrong = [(c, v) for c, v in zip(cases, values) if not math.isclose(v, right(*c), rel_tol=1e-9)]
+    names = "num_layers={}, d_model={}, context={}, batch={}, bytes_per_value={}"
+    values = [measure("the number of bytes", run(fn, *c, case=names.format(*c)))[0] for c in cases]
+    right = [2 * math.prod(c) for c in cases]  # a key and a value: 2 * num_layers * d_model * ... * bytes_per_value
+    wrong = [(c, v, w) for c, v, w in zip(cases, values, right) if not math.isclose(v, w, rel_tol=1e-9)]
     if not wrong:
         return CORRECT
-    mistakes = [
-        (
-            lambda L, d, T, B, nb: L * d * T * B * nb,
-            "Half of it: the cache holds keys AND values for every layer (a factor 2).",
-        ),
-        (lambda L, d, T, B, nb: 2 * L * d * T * B, "That counts numbers, not bytes: multiply by bytes_per_value."),
-        (
-            lambda L, d, T, B, nb: 2 * d * T * B * nb,
-            "That is one layer: every layer keeps its own keys and values, times num_layers.",
-        ),
-        (
-            lambda L, d, T, B, nb: 2 * L * d * T * nb,
-            "That is one sequence: the cache holds every sequence of the batch, times batch.",
-        ),
-        (
-            lambda L, d, T, B, nb: 2 * L * d * B * nb,
-            "That is one token: the cache grows with the context, times context.",
-        ),
-        (
-            lambda L, d, T, B, nb: 16 * L * d * T * B * nb,
-            "That is in bits: bytes_per_value already counts bytes, do not multiply by 8.",
-        ),
-        (
-            lambda L, d, T, B, nb: 2 * L * d * d * T * B * nb,
-            "Keys and values are d_model numbers per token, not d_model**2 (the weights are not cached).",
-        ),
-        (
-            lambda L, d, T, B, nb: 4 * L * d * T * B * nb,
-            "Twice too much: one key and one value per token and layer, a factor 2, not 4.",
-        ),
-    ]
-    for mistake, named in mistakes:
-        if all(math.isclose(v, mistake(*c), rel_tol=1e-9) for c, v in zip(cases, values)):
-            return named
-    (L, d, T, B, nb), value = wrong[0]
-    return (
-        f"For num_layers={L}, d_model={d}, context={T}, batch={B}, bytes_per_value={nb} expected "
-        f"{right(L, d, T, B, nb):,} bytes, got {value:,}."
-    )
+    for mistake, size in _KV_MISTAKES.items():
+        if all(math.isclose(v, size(*c), rel_tol=1e-9) for c, v in zip(cases, values)):
+            return no(mistake, _KV_HINTS[mistake])
+    c, value, want = wrong[0]
+    return no("other", f"For {names.format(*c)} expected {want:,} bytes, got {value:,}.")
 
 
 def _lm(seed: int, vocab: int, d_model: int, heads: int, layers: int):
@@ -265,19 +269,35 @@ def _leak_case(setting: tuple) -> tuple:
     return lm, tokens, new, before, after
 
 
+def _near(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-5)
+
+
 def _same_elsewhere(fn, setting: tuple, causal: bool, value: float, first_want: float) -> bool:
     """fn returns `value` again on another setting, whose largest change differs from the first's: it measures
     nothing. (With the causal mask every setting's change is 0, and a constant cannot be told apart.)"""
     lm, tokens, new, before, after = _leak_case(setting)
     position = setting[-1]
-    want = (after[causal] - before[causal]).abs()[:, :position].max().item()
-    if math.isclose(want, first_want, rel_tol=1e-3, abs_tol=1e-5):
+    if _near((after[causal] - before[causal]).abs()[:, :position].max().item(), first_want):
         return False
-    again, hint = attempt(fn, lm, tokens.clone(), position, new, causal, case="another setting")
-    measured = _measured("", again) if hint is None else hint
-    return not isinstance(measured, str) and measured[0] == value
+    with contextlib.suppress(Wrong):
+        return measure("", run(fn, lm, tokens.clone(), position, new, causal, case="another setting"))[0] == value
+    return False
 
 
+_LEAK_HINTS = {
+    "changed-position": "You compared the changed position (or the ones after it) too: compare only the positions "
+    "before the token you change, 0 .. position - 1.",
+    "nothing-moved": "Nothing moved: with causal=False run the decoder with tgt_mask=None, and put new_token at "
+    "`position` before the second run.",
+    "causal-flag": "The causal flag is the wrong way round or ignored: with causal=True pass "
+    "tgt_mask=causal_mask(T), with causal=False run the decoder with tgt_mask=None.",
+    "mean": "That is the mean change: return the largest, .abs().max().",
+    "no-abs": "Take the absolute value before the max.",
+}
+
+
+@checker
 def check_future_leak(fn) -> str:
     """Experiment: fn(model, tokens, position, new_token, causal) measures the leak from a later token.
 
@@ -294,60 +314,39 @@ def check_future_leak(fn) -> str:
                 f"a model with vocab {vocab}, d_model {d}, {h} heads, {n_layers} layer(s), {T} tokens, "
                 f"token {position} changed, causal={causal}"
             )
-            got, hint = attempt(fn, lm, tokens.clone(), position, new, causal, case=case)
-            if hint:
-                return hint
-            measured = _measured("the largest change", got)
-            if isinstance(measured, str):
-                return measured
-            value = measured[0]
+            value = measure("the largest change", run(fn, lm, tokens.clone(), position, new, causal, case=case))[0]
             diff = (after[causal] - before[causal]).abs()
             want = diff[:, :position].max().item()
-            if math.isclose(value, want, rel_tol=1e-3, abs_tol=1e-5):
+            if _near(value, want):
                 continue
-            other = (after[not causal] - before[not causal]).abs()[:, :position].max().item()
-            mistakes = [
-                (
-                    max(diff[:, position:].max().item(), diff[:, : position + 1].max().item()),
-                    "You compared the changed position (or the ones after it) too: compare only the positions "
-                    "before the token you change, 0 .. position - 1.",
-                ),
-                (
-                    0.0,
-                    "Nothing moved: with causal=False run the decoder with tgt_mask=None, and put new_token at "
-                    "`position` before the second run.",
-                ),
-                (
-                    other,
-                    "The causal flag is the wrong way round or ignored: with causal=True pass "
-                    "tgt_mask=causal_mask(T), with causal=False run the decoder with tgt_mask=None.",
-                ),
-                (diff[:, :position].mean().item(), "That is the mean change: return the largest, .abs().max()."),
-                (
-                    (after[causal] - before[causal])[:, :position].max().item(),
-                    "Take the absolute value before the max.",
-                ),
-            ]
-            for wrong, named in mistakes:
-                if not math.isclose(wrong, want, rel_tol=1e-3, abs_tol=1e-5) and math.isclose(
-                    value, wrong, rel_tol=1e-3, abs_tol=1e-5
-                ):
-                    return f"On {case}: {named}"
+            mistakes = {  # what each mistake measures
+                "changed-position": max(diff[:, position:].max().item(), diff[:, : position + 1].max().item()),
+                "nothing-moved": 0.0,
+                "causal-flag": (after[not causal] - before[not causal]).abs()[:, :position].max().item(),
+                "mean": diff[:, :position].mean().item(),
+                "no-abs": (after[causal] - before[causal])[:, :position].max().item(),
+            }
+            for mistake, wrong in mistakes.items():
+                if not _near(wrong, want) and _near(value, wrong):
+                    return no(mistake, f"On {case}: {_LEAK_HINTS[mistake]}")
             if _same_elsewhere(fn, settings[(index + 1) % len(settings)], causal, value, want):
-                return (
+                return no(
+                    "not-measured",
                     f"On {case} expected a largest change of {want:.4g}, got {value:.4g}, and the same number again "
                     "on another model and other tokens. The checker runs your measurement on models and tokens of "
-                    "its own, so it must measure, not return a number."
+                    "its own, so it must measure, not return a number.",
                 )
             if causal:
-                return (
+                return no(
+                    "moved-under-mask",
                     f"On {case}: with the causal mask the earlier positions should not move, got {value:.2e}. "
-                    "Compare only positions before the token you change, in eval mode."
+                    "Compare only positions before the token you change, in eval mode.",
                 )
-            return (
+            return no(
+                "other",
                 f"On {case} expected a largest change of {want:.4g}, got {value:.4g}. Run the model's parts twice "
                 "(tgt_mask=None when causal is False), the second time with new_token at `position`, and return "
                 "the largest absolute change of the logits before `position`. The checker uses models and tokens "
-                "of its own: a number typed in from the chapter cannot match."
+                "of its own: a number typed in from the chapter cannot match.",
             )
     return CORRECT

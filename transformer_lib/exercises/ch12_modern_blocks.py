@@ -7,8 +7,8 @@ from collections.abc import Callable
 import torch
 
 from .. import positional
-from ._common import CORRECT, attempt
-from ._match import first_mistake, same, tensor_problem
+from ._common import CORRECT, checker, no, run
+from ._match import expect_tensor, same, spot
 
 __all__ = ["check_rms_norm", "check_rotary", "check_position_accuracy"]
 
@@ -27,65 +27,61 @@ def _rms_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
     ]
 
 
-def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[torch.Tensor, str]]:
-    x = x.double()
-    w = w.double()
+_RMS_HINTS = {  # the mistakes check_rms_norm names, by id
+    "eps-outside-root": "eps is outside the square root: add it to the mean of the squares, sqrt(mean(x**2) + eps).",
+    "no-eps": "Your answer ignores eps (it matters when eps is large): sqrt(mean(x**2) + eps).",
+    "fixed-eps": "Your answer uses eps=1e-5 whatever eps it is given: use the eps argument.",
+    "layer-norm": "That is LayerNorm: RMSNorm does not subtract the mean, it divides by the root mean square.",
+    "centred": "RMSNorm does not subtract the mean from x: divide x itself.",
+    "std": "That divides by the standard deviation: RMSNorm uses mean(x**2), not the variance.",
+    "no-weight": "Almost: multiply by the learned weight (the gain) at the end.",
+    "no-root": "Take the square root: divide by sqrt(mean(x**2) + eps), not by the mean square.",
+    "sum": "Use the mean of the squares over the last dimension, not their sum.",
+    "first-axis": "Normalise over the last dimension (the features), not the first.",
+    "weight-added": "Multiply by the weight, do not add it.",
+}
+
+
+def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[torch.Tensor, str, str]]:
+    """(what that mistake computes, its id, its hint) for each mistake in _RMS_HINTS, in order.
+
+    eps=1e-6 typed in is not told from eps=1e-5 on these inputs: both are "fixed-eps".
+    """
+    x, w = x.double(), w.double()
     ms = x.pow(2).mean(-1, keepdim=True)
     centred = x - x.mean(-1, keepdim=True)
     var = centred.pow(2).mean(-1, keepdim=True)
-    return [
-        (
-            x / (ms.sqrt() + eps) * w,
-            "eps is outside the square root: add it to the mean of the squares, sqrt(mean(x**2) + eps).",
-        ),
-        (x / ms.sqrt() * w, "Your answer ignores eps (it matters when eps is large): sqrt(mean(x**2) + eps)."),
-        (
-            x / (ms + 1e-5).sqrt() * w,
-            "Your answer uses eps=1e-5 whatever eps it is given: use the eps argument.",
-        ),
-        (x / (ms + 1e-6).sqrt() * w, "Your answer uses eps=1e-6 whatever eps it is given: use the eps argument."),
-        (
-            centred / (var + eps).sqrt() * w,
-            "That is LayerNorm: RMSNorm does not subtract the mean, it divides by the root mean square.",
-        ),
-        (centred / (ms + eps).sqrt() * w, "RMSNorm does not subtract the mean from x: divide x itself."),
-        (
-            x / (var + eps).sqrt() * w,
-            "That divides by the standard deviation: RMSNorm uses mean(x**2), not the variance.",
-        ),
-        (x / (ms + eps).sqrt(), "Almost: multiply by the learned weight (the gain) at the end."),
-        (x / (ms + eps) * w, "Take the square root: divide by sqrt(mean(x**2) + eps), not by the mean square."),
-        (
-            x / (x.pow(2).sum(-1, keepdim=True) + eps).sqrt() * w,
-            "Use the mean of the squares over the last dimension, not their sum.",
-        ),
-        (
-            x / (x.pow(2).mean(0, keepdim=True) + eps).sqrt() * w,
-            "Normalise over the last dimension (the features), not the first.",
-        ),
-        (x / (ms + eps).sqrt() + w, "Multiply by the weight, do not add it."),
+    mistakes = [
+        (x / (ms.sqrt() + eps) * w, "eps-outside-root"),
+        (x / ms.sqrt() * w, "no-eps"),
+        (x / (ms + 1e-5).sqrt() * w, "fixed-eps"),
+        (centred / (var + eps).sqrt() * w, "layer-norm"),
+        (centred / (ms + eps).sqrt() * w, "centred"),
+        (x / (var + eps).sqrt() * w, "std"),
+        (x / (ms + eps).sqrt(), "no-weight"),
+        (x / (ms + eps) * w, "no-root"),
+        (x / (x.pow(2).sum(-1, keepdim=True) + eps).sqrt() * w, "sum"),
+        (x / (x.pow(2).mean(0, keepdim=True) + eps).sqrt() * w, "first-axis"),
+        (x / (ms + eps).sqrt() + w, "weight-added"),
     ]
+    return [(wrong, mistake, _RMS_HINTS[mistake]) for wrong, mistake in mistakes]
 
 
+@checker
 def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> str:
     """fn(x (..., d), weight (d,), eps) -> x / sqrt(mean(x**2) + eps) * weight, over the last dimension."""
     for case, x, weight, eps in _rms_cases():
         want = x.double() / (x.double().pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight.double()
-        got, hint = attempt(fn, x.clone(), weight.clone(), eps, case=case)
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+        got = run(fn, x.clone(), weight.clone(), eps, case=case)
+        expect_tensor(got, want, case)
         if same(got, want):
             continue
-        found = first_mistake(got, want, _rms_mistakes(x, weight, eps))
-        if found:
-            return found
+        spot(got, want, _rms_mistakes(x, weight, eps))
         if not torch.isfinite(got).all():
-            return f"On {case} your answer has NaN or inf: an all-zero vector needs eps inside the square root."
-        return f"Not RMSNorm on {case}: x / sqrt(mean(x**2 over the last dimension) + eps) * weight."
-
+            return no(
+                "nan", f"On {case} your answer has NaN or inf: an all-zero vector needs eps inside the square root."
+            )
+        return no("other", f"Not RMSNorm on {case}: x / sqrt(mean(x**2 over the last dimension) + eps) * weight.")
     return CORRECT
 
 
@@ -119,61 +115,53 @@ def _rotary_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     return cases
 
 
+_ROTARY_HINTS = {  # the mistakes check_rotary names whatever the input, by id
+    "adjacent-pairs": "Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, "
+    "pairs coordinate i with i + d_k/2, so that weights load unchanged.",
+    "reversed": "Rotated the wrong way: the first of the pair becomes a cos - b sin, the second a sin + b cos.",
+    "doubled-exponent": "The exponent is doubled: pair i turns by position * 10000 ** (-2i / d_k), with i counting "
+    "pairs.",
+    "halved-exponent": "The exponent lacks its 2: pair i turns by position * 10000 ** (-2i / d_k).",
+    "unrotated": "Nothing was turned: the output equals x.",
+}
+
+
+@checker
 def check_rotary(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """fn(x (B, h, T, d_k), positions (T,)) -> x, each (i, i + d_k/2) pair turned by position * 10000**(-2i/d_k).
 
     Written by hand: tl.apply_rotary (and the helpers it calls) refuse to run during the check.
     """
+    forbidden = (positional.apply_rotary, positional.rotary_tables, positional.turn)
     for case, x, positions in _rotary_cases():
         want = _rotate(x, positions)
-        T = positions.numel()
-        got, hint = attempt(
-            fn,
-            x.clone(),
-            positions.clone(),
-            case=case,
-            forbidden=(positional.apply_rotary, positional.rotary_tables, positional.turn),
-            names="tl.apply_rotary",
-        )
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+        got = run(fn, x.clone(), positions.clone(), case=case, forbidden=forbidden, names="tl.apply_rotary")
+        expect_tensor(got, want, case)
         if same(got, want, atol=1e-4):
             continue
-        mistakes = [
-            (
-                _rotate(x, positions, pairs="adjacent"),
-                "Those are the paper's adjacent pairs (2i, 2i + 1). This book, like Llama in Hugging Face, pairs "
-                "coordinate i with i + d_k/2, so that weights load unchanged.",
-            ),
-            (
-                _rotate(x, -positions),
-                "Rotated the wrong way: the first of the pair becomes a cos - b sin, the second a sin + b cos.",
-            ),
-            (
-                _rotate(x, positions, rate_scale=2.0),
-                "The exponent is doubled: pair i turns by position * 10000 ** (-2i / d_k), with i counting pairs.",
-            ),
-            (
-                _rotate(x, positions, rate_scale=0.5),
-                "The exponent lacks its 2: pair i turns by position * 10000 ** (-2i / d_k).",
-            ),
-            (
-                _rotate(x, torch.arange(T)),
-                f"Your answer turns by 0, 1, 2, ... instead of the positions it is given ({case}): use `positions`.",
-            ),
-            (x.double(), "Nothing was turned: the output equals x."),
+        mistakes = [  # (what that mistake computes, its id)
+            (_rotate(x, positions, pairs="adjacent"), "adjacent-pairs"),
+            (_rotate(x, -positions), "reversed"),
+            (_rotate(x, positions, rate_scale=2.0), "doubled-exponent"),
+            (_rotate(x, positions, rate_scale=0.5), "halved-exponent"),
+            (_rotate(x, torch.arange(positions.numel())), "counted-positions"),
+            (x.double(), "unrotated"),
         ]
-        found = first_mistake(got, want, mistakes, atol=1e-4)
-        if found:
-            return found
+        hints = {
+            **_ROTARY_HINTS,
+            "counted-positions": f"Your answer turns by 0, 1, 2, ... instead of the positions it is given ({case}): "
+            "use `positions`.",
+        }
+        spot(got, want, [(wrong, mistake, hints[mistake]) for wrong, mistake in mistakes], atol=1e-4)
         if same(got[..., :1, :], want[..., :1, :], atol=1e-4) and positions[0] == 0:
-            return (
-                f"On {case} position 0 is right, the others are not: check the angles, position * 10000 ** (-2i / d_k)."
+            return no(
+                "angles",
+                f"On {case} position 0 is right, the others are not: check the angles, position * 10000 ** "
+                "(-2i / d_k).",
             )
-        return f"Not the rotation on {case}: compare one pair at one position with the closed form by hand."
+        return no(
+            "other", f"Not the rotation on {case}: compare one pair at one position with the closed form by hand."
+        )
     return CORRECT
 
 
@@ -189,6 +177,17 @@ def _copy_case(seed: int, B: int, T: int, shift: int, vocab: int):
     return tokens, predictions
 
 
+_POSITION_HINTS = {  # the mistakes check_position_accuracy names, by id
+    "wrong-way": "Shifted the wrong way: position i copies the token `shift` places *before* it, tokens[:, i - shift].",
+    "no-shift": "No shift: you compared each prediction with the token at its own position; compare with "
+    "tokens[:, i - shift].",
+    "off-by-one": "Off by one: that compares with the token one place back; use `shift` places back.",
+    "counts": "Those are counts: divide by the batch size for an accuracy.",
+    "error-rate": "Upside down: that is the error rate, 1 - accuracy.",
+}
+
+
+@checker
 def check_position_accuracy(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> str:
     """Experiment: fn(predictions (B, T), tokens (B, T), shift) -> (T - shift,) accuracies.
 
@@ -197,40 +196,34 @@ def check_position_accuracy(fn: Callable[[torch.Tensor, torch.Tensor, int], torc
     for seed, B, T, shift, vocab in ((0, 16, 9, 3, 5), (1, 40, 12, 1, 4), (2, 7, 20, 8, 6)):
         tokens, predictions = _copy_case(seed, B, T, shift, vocab)
         case = f"a batch of shape ({B}, {T}) with shift={shift}"
-        want = (predictions[:, shift:] == tokens[:, :-shift]).double().mean(0)  # (T - shift,)
-        got, hint = attempt(fn, predictions.clone(), tokens.clone(), shift, case=case)
-        if hint:
-            return hint
+        hits = predictions[:, shift:] == tokens[:, :-shift]  # (B, T - shift)
+        want = hits.double().mean(0)  # (T - shift,)
+        got = run(fn, predictions.clone(), tokens.clone(), shift, case=case)
         if isinstance(got, torch.Tensor) and got.shape != want.shape:
             if got.numel() == T:
-                return f"Positions before `shift` have no token to copy: return T - shift = {T - shift} values."
+                return no(
+                    "all-positions",
+                    f"Positions before `shift` have no token to copy: return T - shift = {T - shift} values.",
+                )
             if got.shape == (B,):
-                return "That is one accuracy per sequence: average over the batch (dim 0), one value per position."
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+                return no(
+                    "per-sequence",
+                    "That is one accuracy per sequence: average over the batch (dim 0), one value per position.",
+                )
+        expect_tensor(got, want, case)
         if same(got, want, atol=1e-6):
             continue
-        hits = predictions[:, shift:] == tokens[:, :-shift]
-        mistakes = [
-            (
-                (predictions[:, :-shift] == tokens[:, shift:]).double().mean(0),
-                "Shifted the wrong way: position i copies the token `shift` places *before* it, tokens[:, i - shift].",
-            ),
-            (
-                (predictions[:, shift:] == tokens[:, shift:]).double().mean(0),
-                "No shift: you compared each prediction with the token at its own position; "
-                "compare with tokens[:, i - shift].",
-            ),
-            (
-                (predictions[:, shift:] == tokens[:, shift - 1 : T - 1]).double().mean(0),
-                "Off by one: that compares with the token one place back; use `shift` places back.",
-            ),
-            (hits.double().sum(0), "Those are counts: divide by the batch size for an accuracy."),
-            (1 - hits.double().mean(0), "Upside down: that is the error rate, 1 - accuracy."),
+        mistakes = [  # (what that mistake computes, its id)
+            ((predictions[:, :-shift] == tokens[:, shift:]).double().mean(0), "wrong-way"),
+            ((predictions[:, shift:] == tokens[:, shift:]).double().mean(0), "no-shift"),
+            ((predictions[:, shift:] == tokens[:, shift - 1 : T - 1]).double().mean(0), "off-by-one"),
+            (hits.double().sum(0), "counts"),
+            (1 - want, "error-rate"),
         ]
-        return first_mistake(got, want, mistakes, atol=1e-6) or (
+        spot(got, want, [(wrong, mistake, _POSITION_HINTS[mistake]) for wrong, mistake in mistakes], atol=1e-6)
+        return no(
+            "other",
             f"On {case} expected {[round(v, 3) for v in want.tolist()]} (the mean over the batch at each position), "
-            f"got {[round(v, 3) for v in got.double().tolist()]}."
+            f"got {[round(v, 3) for v in got.double().tolist()]}.",
         )
     return CORRECT

@@ -10,10 +10,15 @@ from torch import nn
 from .. import hf, moe, positional, quantization
 from ..config import TransformerConfig
 from ..models import DecoderOnlyLM
-from ._common import CORRECT, _seeded, aten_ops, attempt, refusing
-from ._match import first_mistake, same, tensor_problem
+from ._common import CORRECT, Wrong, _seeded, aten_ops, checker, no, refusing, run
+from ._match import expect_tensor, same, spot
 
 __all__ = ["check_rotary_rows", "check_top_k_gates", "check_int8_rows", "check_expert_use"]
+
+
+def _hinted(mistakes: list[tuple], hints: dict[str, str]) -> list[tuple]:
+    """(wrong result, id) pairs as `spot` reads them: (wrong result, id, the id's hint)."""
+    return [(wrong, mistake, hints[mistake]) for wrong, mistake in mistakes]
 
 
 # ---- the two rotary layouts ---------------------------------------------------------------------
@@ -31,6 +36,22 @@ def _to_half(d_k: int, r: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, d_k)))
 
 
+_ROTARY_HINTS = {
+    "interleaved": "The classic mistake: the rows are still in the interleaved order. A rotate-half model then pairs "
+    "row i with row i + rotary_dim/2, which were not a pair, and gives other logits without any error.",
+    "inverse": "That is the inverse order (rotate-half to interleaved): new row j of a head should be its old "
+    "row order[j], with order = the even rows 0, 2, 4, ..., then the odd rows 1, 3, 5, ...",
+    "whole-matrix": "You reordered the whole matrix as one block: each head has its own d_k rows and its own pairs, "
+    "so reorder within each head.",
+    "past-rotary-dim": "Only the first rotary_dim rows of each head are turned: rows past rotary_dim stay where they "
+    "are.",
+    "first-head-only": "Only the first head was reordered: every head's block of d_k rows needs the same reordering.",
+    "columns": "You reordered the columns (the input features): the pairs are rows of the query and key "
+    "projections, their output features.",
+}
+
+
+@checker
 def check_rotary_rows(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> str:
     """fn(weight (num_heads * d_k, d_in), num_heads, rotary_dim) -> the rows of each head moved from the
     interleaved layout (pairs 2i, 2i + 1) to rotate-half (pairs i, i + rotary_dim / 2).
@@ -38,67 +59,34 @@ def check_rotary_rows(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> s
     Written by hand: tl.rotary_permutation and tl.hf.with_rotary_layout refuse to run during the check.
     """
     g = _seeded(14)
+    forbidden = (positional.rotary_permutation, hf.with_rotary_layout)
+    names = "tl.rotary_permutation or tl.hf.with_rotary_layout"
     for num_heads, d_k, r, d_in in ((2, 8, 8, 6), (3, 6, 4, 5), (1, 12, 12, 7), (4, 10, 6, 3)):
         weight = torch.randn(num_heads * d_k, d_in, generator=g)
         case = f"a weight of shape {tuple(weight.shape)} with num_heads={num_heads}, rotary_dim={r}"
         want = _reorder(weight, num_heads, _to_half(d_k, r))
-        got, hint = attempt(
-            fn,
-            weight.clone(),
-            num_heads,
-            r,
-            case=case,
-            forbidden=(positional.rotary_permutation, hf.with_rotary_layout),
-            names="tl.rotary_permutation or tl.hf.with_rotary_layout",
-        )
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+        got = run(fn, weight.clone(), num_heads, r, case=case, forbidden=forbidden, names=names)
+        expect_tensor(got, want, case)
         if same(got, want, atol=0, rtol=0):
             continue
         whole = torch.cat((torch.arange(0, num_heads * d_k, 2), torch.arange(1, num_heads * d_k, 2)))
-        all_rows = _to_half(d_k, d_k)
         mistakes = [
-            (
-                weight,
-                "The classic mistake: the rows are still in the interleaved order. A rotate-half model then pairs "
-                "row i with row i + rotary_dim/2, which were not a pair, and gives other logits without any error.",
-            ),
-            (
-                _reorder(weight, num_heads, torch.argsort(_to_half(d_k, r))),
-                "That is the inverse order (rotate-half to interleaved): new row j of a head should be its old "
-                "row order[j], with order = the even rows 0, 2, 4, ..., then the odd rows 1, 3, 5, ...",
-            ),
-            (
-                weight[whole],
-                "You reordered the whole matrix as one block: each head has its own d_k rows and its own pairs, "
-                "so reorder within each head.",
-            ),
-            (
-                _reorder(weight, num_heads, all_rows),
-                "Only the first rotary_dim rows of each head are turned: rows past rotary_dim stay where they are.",
-            ),
-            (
-                torch.cat((_reorder(weight[:d_k], 1, _to_half(d_k, r)), weight[d_k:])),
-                "Only the first head was reordered: every head's block of d_k rows needs the same reordering.",
-            ),
+            (weight, "interleaved"),
+            (_reorder(weight, num_heads, torch.argsort(_to_half(d_k, r))), "inverse"),
+            (weight[whole], "whole-matrix"),
+            (_reorder(weight, num_heads, _to_half(d_k, d_k)), "past-rotary-dim"),
+            (torch.cat((_reorder(weight[:d_k], 1, _to_half(d_k, r)), weight[d_k:])), "first-head-only"),
+            (weight[:, _to_half(d_in, d_in)], "columns"),
         ]
-        if d_in % 2 == 0:
-            mistakes.append(
-                (
-                    weight[:, _to_half(d_in, d_in)],
-                    "You reordered the columns (the input features): the pairs are rows of the query and key "
-                    "projections, their output features.",
-                )
-            )
-        found = first_mistake(got, want, mistakes, atol=0)
-        if found:
-            return found
+        spot(got, want, _hinted(mistakes, _ROTARY_HINTS), atol=0)
         if sorted(got[:, 0].tolist()) == sorted(weight[:, 0].tolist()):
-            return f"On {case} the rows are there but in another order: within each head, the even rows, then the odd."
-        return f"Not the reordered rows on {case}: return weight with each head's rows in the rotate-half order."
+            return no(
+                "row-order",
+                f"On {case} the rows are there but in another order: within each head, the even rows, then the odd.",
+            )
+        return no(
+            "other", f"Not the reordered rows on {case}: return weight with each head's rows in the rotate-half order."
+        )
     return CORRECT
 
 
@@ -110,6 +98,24 @@ def _dense(values: torch.Tensor, chosen: torch.Tensor, num_experts: int) -> torc
     return torch.zeros(chosen.shape[0], num_experts, dtype=values.dtype).scatter(1, chosen, values)
 
 
+def _gates(probs: torch.Tensor, k: int, largest: bool = True) -> torch.Tensor:
+    """probs (N, E) -> (N, E): each row's k largest (or smallest) probabilities divided by their sum, 0 elsewhere."""
+    top, chosen = probs.topk(k, dim=-1, largest=largest)
+    return _dense(top / top.sum(-1, keepdim=True), chosen, probs.shape[-1])
+
+
+_GATE_HINTS = {
+    "not-renormalised": "The gates do not sum to 1: after keeping the top k probabilities, divide them by their sum "
+    "(renormalise), as Mixtral does.",
+    "softmax-axis": "The softmax ran over the tokens (dim 0): each token's router scores its experts, so take the "
+    "softmax over the experts (the last dimension).",
+    "raw-logits": "Those gates are raw logits: turn them into probabilities with a softmax first.",
+    "least-likely": "You kept the k least likely experts: topk's default (largest=True) gives the likeliest.",
+    "all-experts": "Every expert got a gate: keep only each token's k likeliest experts and set the rest to 0.",
+}
+
+
+@checker
 def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """fn(router logits (N, E), k) -> gates (N, E): each token's k likeliest experts get their softmax
     probabilities renormalised to sum to 1; every other expert gets 0.
@@ -117,69 +123,55 @@ def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     The library's router (tl.moe.MoEFeedForward.route) refuses to run during the check.
     """
     g = _seeded(15)
+    forbidden = (moe.MoEFeedForward.route,)
     for n, e, k in ((6, 4, 2), (5, 8, 3), (7, 3, 1), (4, 5, 5)):
         logits = torch.randn(n, e, generator=g) * 2
         case = f"logits of shape ({n}, {e}) with k={k}"
         probs = logits.double().softmax(-1)  # (N, E)
-        top, chosen = probs.topk(k, dim=-1)  # (N, k) each
-        want = _dense(top / top.sum(-1, keepdim=True), chosen, e)
-        got, hint = attempt(
-            fn, logits.clone(), k, case=case, forbidden=(moe.MoEFeedForward.route,), names="the library's router"
-        )
-        if hint:
-            return hint
-        problem = tensor_problem(got, want, case, kind="float")
-        if problem:
-            return problem
+        want = _gates(probs, k)
+        got = run(fn, logits.clone(), k, case=case, forbidden=forbidden, names="the library's router")
+        expect_tensor(got, want, case, kind="float")
         if same(got, want, atol=1e-5):
             continue
-        low, low_chosen = probs.topk(k, dim=-1, largest=False)
-        two = min(2, e)
-        top2, chosen2 = probs.topk(two, dim=-1)
-        logit_top, logit_chosen = logits.double().topk(k, dim=-1)
-        top0, chosen0 = logits.double().softmax(0).topk(k, dim=-1)  # a softmax over the tokens, then the same steps
         mistakes = [
-            (
-                _dense(top, chosen, e),
-                "The gates do not sum to 1: after keeping the top k probabilities, divide them by their sum "
-                "(renormalise), as Mixtral does.",
-            ),
-            (
-                _dense(top0 / top0.sum(-1, keepdim=True), chosen0, e),
-                "The softmax ran over the tokens (dim 0): each token's router scores its experts, so take the "
-                "softmax over the experts (the last dimension).",
-            ),
-            (
-                _dense(logit_top, logit_chosen, e),
-                "Those gates are raw logits: turn them into probabilities with a softmax first.",
-            ),
-            (
-                _dense(low / low.sum(-1, keepdim=True), low_chosen, e),
-                "You kept the k least likely experts: topk's default (largest=True) gives the likeliest.",
-            ),
-            (probs, "Every expert got a gate: keep only each token's k likeliest experts and set the rest to 0."),
-            (
-                _dense(top2 / top2.sum(-1, keepdim=True), chosen2, e),
-                f"Your answer keeps 2 experts whatever k is ({case}): use the k it is given.",
-            ),
+            (_dense(*probs.topk(k, dim=-1), e), "not-renormalised"),
+            (_gates(logits.double().softmax(0), k), "softmax-axis"),  # over the tokens, then the same steps
+            (_dense(*logits.double().topk(k, dim=-1), e), "raw-logits"),
+            (_gates(probs, k, largest=False), "least-likely"),
+            (probs, "all-experts"),
         ]
-        found = first_mistake(got, want, mistakes, atol=1e-5)
-        if found:
-            return found
+        fixed = (
+            _gates(probs, min(2, e)),
+            "fixed-k",
+            f"Your answer keeps 2 experts whatever k is ({case}): use the k it is given.",
+        )
+        spot(got, want, [*_hinted(mistakes, _GATE_HINTS), fixed], atol=1e-5)
         if ((got != 0).sum(-1) == k).all() and ((got != 0) == (want != 0)).all():
-            return f"On {case} you chose the right experts, but their gates are not the renormalised probabilities."
-        return f"Not the gates on {case}: softmax over experts, keep the top k, divide them by their sum."
+            return no(
+                "wrong-gates",
+                f"On {case} you chose the right experts, but their gates are not the renormalised probabilities.",
+            )
+        return no("other", f"Not the gates on {case}: softmax over experts, keep the top k, divide them by their sum.")
     return CORRECT
 
 
 # ---- int8 ---------------------------------------------------------------------------------------
 
 
-def _int8(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """w (out, in) and a scale that broadcasts against it -> the rounded int8 values, as float64."""
-    return torch.round(w / scale).clamp(-127, 127)
+_INT8_HINTS = {
+    "per-column": "Those are scales per column (input feature): per channel means one per row, max over dim 1.",
+    "no-127": "The scale is the row's largest magnitude: divide it by 127, so the row uses -127..127.",
+    "by-255": "Divide by 127, not 255: symmetric int8 uses -127..127, so 127 is the largest step count.",
+    "by-128": "Divide by 127, not 128: with 128 the largest weight would round to 128, past int8.",
+    "not-absolute": "Use the largest *absolute* value: max misses large negative weights.",
+    "per-tensor": "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
+    "row (output feature).",
+    "truncated": "The values were truncated towards zero: round them to the nearest integer first (torch.round).",
+    "floor": "The values were rounded down (floor): round them to the nearest integer (torch.round).",
+}
 
 
+@checker
 def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> str:
     """fn(weight (out, in)) -> (q (out, in) int8, scale (out,) or (out, 1)): per-row symmetric int8,
     scale = (the row's largest absolute value) / 127 and q = round(weight / scale). A row of zeros may take
@@ -196,67 +188,59 @@ def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tenso
     w[2] = 0.0  # a row of zeros: dividing by its absmax gives NaN
     w[4, 1] = -4.0  # a row whose largest magnitude is negative
     cases.append(("a weight of shape (6, 5) with a row of zeros and a large negative weight", w))
+    guarded = refusing(fn, torch.quantize_per_channel, ops=aten_ops("quantize_per_channel"))
+    forbidden = (quantization.quantize_per_channel,)
     for case, weight in cases:
         w = weight.double()
         absmax = w.abs().amax(dim=1, keepdim=True)  # (out, 1)
         scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
-        want = _int8(w, scale)
-        got, hint = attempt(
-            refusing(fn, torch.quantize_per_channel, ops=aten_ops("quantize_per_channel")),
-            weight.clone(),
-            case=case,
-            forbidden=(quantization.quantize_per_channel,),
-            names="the library's quantizer",
-        )
-        if hint:
-            return hint
+        want = torch.round(w / scale).clamp(-127, 127)
+        got = run(guarded, weight.clone(), case=case, forbidden=forbidden, names="the library's quantizer")
         if not (isinstance(got, tuple) and len(got) == 2):
-            return f"Return two things, (q, scale); on {case} your answer returned a {type(got).__name__}."
+            return no(
+                "not-a-pair", f"Return two things, (q, scale); on {case} your answer returned a {type(got).__name__}."
+            )
         q, s = got
-        problem = tensor_problem(q, want, case)
-        if problem:
-            return problem
+        expect_tensor(q, want, case)
         if not isinstance(s, torch.Tensor) or s.numel() != weight.shape[0]:
             if isinstance(s, torch.Tensor) and s.numel() == 1:
-                return (
+                return no(
+                    "per-tensor",
                     "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
-                    "row (output feature), so a row of small weights keeps its precision."
+                    "row (output feature), so a row of small weights keeps its precision.",
                 )
             if isinstance(s, torch.Tensor) and s.numel() == weight.shape[1]:
-                return "Those are scales per column (input feature): per channel means one per row, max over dim 1."
-            return f"Return one scale per row: {weight.shape[0]} numbers on {case}."
+                return no("per-column", _INT8_HINTS["per-column"])
+            return no("scale-count", f"Return one scale per row: {weight.shape[0]} numbers on {case}.")
         s = s.double().reshape(-1, 1)  # (out, 1)
         if not torch.isfinite(q.double()).all() or not torch.isfinite(s).all():
-            return f"On {case} your answer has NaN or inf: a row of zeros must not divide by zero (give it scale 1)."
+            return no(
+                "not-finite",
+                f"On {case} your answer has NaN or inf: a row of zeros must not divide by zero (give it scale 1).",
+            )
         if q.dtype != torch.int8:
-            return f"q has dtype {q.dtype}: store it as torch.int8 (one byte per weight) after rounding."
-        zero = absmax.squeeze(1) == 0
-        if not (s[~zero] > 0).all() or not (s[zero] > 0).all():
-            return f"On {case} a scale is zero or negative: every row needs a positive scale."
-        wrong_scales = [
-            (absmax, "The scale is the row's largest magnitude: divide it by 127, so the row uses -127..127."),
-            (absmax / 255, "Divide by 127, not 255: symmetric int8 uses -127..127, so 127 is the largest step count."),
-            (absmax / 128, "Divide by 127, not 128: with 128 the largest weight would round to 128, past int8."),
-            (w.amax(dim=1, keepdim=True) / 127, "Use the largest *absolute* value: max misses large negative weights."),
-        ]
-        ok_scale = torch.allclose(s[~zero], scale[~zero], rtol=1e-5, atol=0)
-        if not ok_scale:
-            for bad, message in wrong_scales:
-                if torch.allclose(s[~zero], bad[~zero], rtol=1e-5, atol=0):
-                    return message
-            if torch.allclose(s[~zero], (w.abs().max() / 127).expand_as(s)[~zero], rtol=1e-5, atol=0):
-                return (
-                    "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
-                    "row (output feature)."
-                )
-            return f"On {case} the scales are not each row's largest absolute value / 127."
-        if torch.equal(q.double()[~zero], want[~zero]) and (q[zero] == 0).all():
+            return no("dtype", f"q has dtype {q.dtype}: store it as torch.int8 (one byte per weight) after rounding.")
+        if not (s > 0).all():
+            return no("non-positive-scale", f"On {case} a scale is zero or negative: every row needs a positive scale.")
+        rows = absmax.squeeze(1) > 0  # a row of zeros may take any positive scale
+        if not torch.allclose(s[rows], scale[rows], rtol=1e-5, atol=0):
+            wrong_scales = [
+                (absmax, "no-127"),
+                (absmax / 255, "by-255"),
+                (absmax / 128, "by-128"),
+                (w.amax(dim=1, keepdim=True) / 127, "not-absolute"),
+                ((w.abs().max() / 127).expand_as(s), "per-tensor"),
+            ]
+            for bad, mistake in wrong_scales:
+                if torch.allclose(s[rows], bad[rows], rtol=1e-5, atol=0):
+                    return no(mistake, _INT8_HINTS[mistake])
+            return no("wrong-scale", f"On {case} the scales are not each row's largest absolute value / 127.")
+        if torch.equal(q.double()[rows], want[rows]) and (q[~rows] == 0).all():
             continue
-        if torch.equal(q.double(), torch.trunc(w / scale).clamp(-127, 127)):
-            return "The values were truncated towards zero: round them to the nearest integer first (torch.round)."
-        if torch.equal(q.double(), torch.floor(w / scale).clamp(-127, 127)):
-            return "The values were rounded down (floor): round them to the nearest integer (torch.round)."
-        return f"On {case} q is not round(weight / scale) for each row."
+        for rounding, mistake in ((torch.trunc, "truncated"), (torch.floor, "floor")):
+            if torch.equal(q.double(), rounding(w / scale).clamp(-127, 127)):
+                return no(mistake, _INT8_HINTS[mistake])
+        return no("other", f"On {case} q is not round(weight / scale) for each row.")
     return CORRECT
 
 
@@ -288,12 +272,26 @@ def _moe_model(seed: int, num_experts: int, top_k: int, num_layers: int, vocab: 
     return model.train()  # handed over in training mode, as a model is after fit
 
 
+_USE_HINTS = {
+    "first-choice": "You counted only each token's first choice: with top-k routing every token fills k slots, and "
+    "each of them counts.",
+    "mean-probability": "That is the router's mean probability per expert (P in the balancing loss), not the share of "
+    "routing slots each expert got (f): count the experts each token was sent to.",
+    "counts": "Those are counts: divide each layer's counts by its number of slots (tokens x k).",
+    "per-token": "Each layer's shares should sum to 1: divide by the number of slots (tokens x k), not of tokens.",
+    "reversed-layers": "The layers are in reverse order: row i is layer i, from the input up.",
+    "uniform": "Your answer gives every expert 1/E, the balanced ideal: measure what the model's routers do.",
+}
+
+
+@checker
 def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> str:
     """Experiment: fn(model, ids (B, T)) -> (MoE layers, E): each layer's share of routing slots per expert.
 
     The checker runs fn on models and token batches of its own (other numbers of experts, top-k and
     layers), and compares with its own measurement. tl.moe.expert_use refuses to run.
     """
+    forbidden = (moe.expert_use,)
     for seed, e, k, layers, (b, t) in ((0, 4, 2, 3, (3, 10)), (1, 6, 1, 2, (2, 16)), (2, 5, 3, 4, (4, 7))):
         model = _moe_model(seed, e, k, layers)
         ids = torch.randint(0, 20, (b, t), generator=_seeded(100 + seed))
@@ -303,52 +301,38 @@ def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> s
             model(ids)
         model.train()
         want = torch.stack([moe.expert_shares(layer, k) for layer in logits]).double()  # (L, E)
-        got, hint = attempt(fn, model, ids.clone(), case=case, forbidden=(moe.expert_use,), names="tl.moe.expert_use")
-        if hint:
-            return hint
+        got = run(fn, model, ids.clone(), case=case, forbidden=forbidden, names="tl.moe.expert_use")
         if isinstance(got, (list, tuple)) and got and all(isinstance(x, torch.Tensor) for x in got):
             got = torch.stack([x.detach() for x in got]) if len({x.shape for x in got}) == 1 else got
-        problem = tensor_problem(got, want, case)
-        if problem:
-            return problem
+        expect_tensor(got, want, case)
         got = got.detach()
         if same(got, want, atol=1e-6):
             continue
         counts = torch.stack([torch.bincount(x.topk(k, -1).indices.flatten(), minlength=e) for x in logits]).double()
         first = torch.stack([torch.bincount(x.argmax(-1), minlength=e) for x in logits]).double()
-        probs = torch.stack([x.double().softmax(-1).mean(0) for x in logits])
         mistakes = [
-            (
-                first / first.sum(-1, keepdim=True),
-                "You counted only each token's first choice: with top-k routing every token fills k slots, and "
-                "each of them counts.",
-            ),
-            (
-                probs,
-                "That is the router's mean probability per expert (P in the balancing loss), not the share of "
-                "routing slots each expert got (f): count the experts each token was sent to.",
-            ),
-            (counts, "Those are counts: divide each layer's counts by its number of slots (tokens x k)."),
-            (
-                counts / (counts.sum(-1, keepdim=True) / k),
-                "Each layer's shares should sum to 1: divide by the number of slots (tokens x k), not of tokens.",
-            ),
-            (want.flip(0), "The layers are in reverse order: row i is layer i, from the input up."),
+            (first / first.sum(-1, keepdim=True), "first-choice"),
+            (torch.stack([x.double().softmax(-1).mean(0) for x in logits]), "mean-probability"),
+            (counts, "counts"),
+            (counts / (counts.sum(-1, keepdim=True) / k), "per-token"),
+            (want.flip(0), "reversed-layers"),
+            (torch.full_like(want, 1 / e), "uniform"),
         ]
-        found = first_mistake(got, want, mistakes, atol=1e-6)
-        if found:
-            return found
-        if same(got, torch.full_like(want, 1 / e), atol=1e-6):
-            return "Your answer gives every expert 1/E, the balanced ideal: measure what the model's routers do."
-        again, _ = attempt(fn, model.train(), ids.clone(), case=case, forbidden=(moe.expert_use,))
+        spot(got, want, _hinted(mistakes, _USE_HINTS), atol=1e-6)
+        try:
+            again = run(fn, model.train(), ids.clone(), case=case, forbidden=forbidden)
+        except Wrong:
+            again = None
         if isinstance(again, torch.Tensor) and again.shape == got.shape and not torch.equal(again.detach(), got):
-            return (
+            return no(
+                "dropout",
                 "Your measurement changes from one run to the next: dropout is on. Put the model in eval mode "
-                "(model.eval()) before measuring."
+                "(model.eval()) before measuring.",
             )
-        return (
+        return no(
+            "other",
             f"On {case} expected {[[round(v, 3) for v in row] for row in want.tolist()]}, got "
             f"{[[round(v, 3) for v in row] for row in got.double().tolist()]}. For each layer, count the share of "
-            "the routing choices (each token's top-k experts) that goes to each expert, on the ids you were given."
+            "the routing choices (each token's top-k experts) that goes to each expert, on the ids you were given.",
         )
     return CORRECT

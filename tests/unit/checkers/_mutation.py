@@ -45,12 +45,6 @@ def rejected_as(feedback: str, mistake: str) -> None:
     assert getattr(feedback, "mistake", None) == mistake, f"{getattr(feedback, 'mistake', None)!r}: {feedback}"
 
 
-def rejected(feedback: str, phrase: str) -> None:  # TODO(36): gone once every chapter's suite asserts ids
-    """The checker said no, and its hint names the mistake (`phrase`, case aside)."""
-    assert feedback != ex.CORRECT
-    assert phrase.lower() in feedback.lower(), feedback
-
-
 def raising(error: Exception) -> Callable:
     """A learner's function that raises `error` whatever it is given."""
 

@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
-from _mutation import raising, rejected
+from _mutation import raising, rejected_as
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
-from transformer_lib.exercises.ch03_positional_encoding import _table
+from transformer_lib.exercises.ch03_positional_encoding import _doubled_exponent, _table
 
 _raises = raising(ValueError("math domain error"))
 
@@ -44,6 +44,11 @@ def solution_permutation_gap(layer, tokens, perm, use_pe):
         return (run(tokens[:, perm]) - run(tokens)[:, perm]).abs().max().item()
 
 
+def _vectorised(max_len, d):  # by hand, without loops
+    angles = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+    return torch.stack([angles.sin(), angles.cos()], -1).reshape(max_len, d)
+
+
 def _loop(max_len, d, angle):
     out = torch.zeros(max_len, d, dtype=torch.float64)
     for pos in range(max_len):
@@ -54,46 +59,53 @@ def _loop(max_len, d, angle):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
         (lambda m, d: _table(m, d, lambda i: 2 * i / d)[:, [j ^ 1 for j in range(d)]], "swapped"),
-        (lambda m, d: _loop(m, d, lambda p, i, d: p / 10000 ** (2 * i / d)), "exponent is doubled"),
-        (lambda m, d: _table(m, d, lambda i: i / d), "exponent is halved"),
-        (lambda m, d: _table(m, d, lambda i: 2 * i / d, start=1), "off by one"),
-        (lambda m, d: _table(m, d, lambda i: -2 * i / d), "multiplied the position"),
-        (lambda m, d: _table(m, d, lambda i: 2 * i / 64), "fixed number"),
-        (lambda m, d: _table(m, d, lambda i: 2 * i / d)[:, list(range(0, d, 2)) + list(range(1, d, 2))], "interleave"),
-        (lambda m, d: _table(m, d, lambda i: 2 * i / d).T, "one row per position"),
-        (lambda m, d: tl.sinusoidal_encoding(m, d), "by hand"),
-        (lambda m, d: tl.SinusoidalPositionalEncoding(d, max_len=m).pe[:m], "by hand"),
-        (lambda m, d: _table(m, d, lambda i: 2 * i / d, base=1000.0), "wrong values for max_len"),
-        (_raises, "raised ValueError on max_len=5"),
+        (lambda m, d: _loop(m, d, lambda p, i, d: p / 10000 ** (2 * i / d)), "doubled-exponent"),
+        (_doubled_exponent, "doubled-exponent"),  # the same bug, by whole tables
+        (lambda m, d: _table(m, d, lambda i: i / d), "halved-exponent"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d, start=1), "off-by-one"),
+        (lambda m, d: _table(m, d, lambda i: -2 * i / d), "multiplied"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / 64), "fixed-d_model"),
+        (
+            lambda m, d: _table(m, d, lambda i: 2 * i / d)[:, list(range(0, d, 2)) + list(range(1, d, 2))],
+            "not-interleaved",
+        ),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d).T, "transposed"),
+        (lambda m, d: _vectorised(m, d)[:, :-1], "shape"),
+        (lambda m, d: tl.sinusoidal_encoding(m, d), "by-hand"),
+        (lambda m, d: tl.SinusoidalPositionalEncoding(d, max_len=m).pe[:m], "by-hand"),
+        (lambda m, d: _table(m, d, lambda i: 2 * i / d, base=1000.0), "other"),
+        (_raises, "raised"),
     ],
 )
-def test_encoding_names_the_mistake(wrong, phrase):
-    rejected(ex.check_encoding(wrong), phrase)
+def test_encoding_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_encoding(wrong), mistake)
 
 
 def test_encoding_accepts_other_routes():
     assert ex.check_encoding(solution_encoding) == ex.CORRECT
     assert ex.check_encoding(lambda m, d: _loop(m, d, lambda p, i, d: p / 10000 ** (i / d))) == ex.CORRECT  # float64
     assert ex.check_encoding(lambda m, d: _table(m, d, lambda i: 2 * i / d)) == ex.CORRECT
+    assert ex.check_encoding(_vectorised) == ex.CORRECT
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda d: float(d), "count pairs"),
-        (lambda d: 1.0, "one pair"),
+        (lambda d: float(d), "dims"),
+        (lambda d: 1.0, "one-pair"),
         (lambda d: math.sqrt(d / 2), "length"),
-        (lambda d: d / 2 - 1, "off by one"),
-        (lambda d: 32.0, "expected 4"),  # right only for d_model = 64
-        (_raises, "raised ValueError on d_model=8"),
-        (lambda d: "d/2", "as a number"),
+        (lambda d: d / 2 - 1, "off-by-one"),
+        (lambda d: d / 2 + 1, "off-by-one"),
+        (lambda d: 32.0, "other"),  # right only for d_model = 64
+        (_raises, "raised"),
+        (lambda d: "d/2", "not-a-number"),
     ],
 )
-def test_self_similarity_names_the_mistake(wrong, phrase):
-    rejected(ex.check_self_similarity(wrong), phrase)
+def test_self_similarity_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_self_similarity(wrong), mistake)
 
 
 def test_self_similarity_accepts_other_routes():
@@ -104,19 +116,19 @@ def test_self_similarity_accepts_other_routes():
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda d, i: 10000 ** (2 * i / d), "multiply by 2 pi"),
-        (lambda d, i: 2 * math.pi * 10000 ** (4 * i / d), "doubled"),
-        (lambda d, i: 2 * math.pi * 10000 ** (i / d), "halved"),
-        (lambda d, i: 1 / (2 * math.pi * 10000 ** (2 * i / d)), "inverse"),
-        (lambda d, i: 2 * math.pi * 10000 ** (-2 * i / d), "angular frequency"),
-        (lambda d, i: 2 * math.pi * 10000 ** (2 * i / 64), "d_model=512"),  # right only for d_model = 64
-        (_raises, "raised ValueError on d_model=64"),
+        (lambda d, i: 10000 ** (2 * i / d), "radians"),
+        (lambda d, i: 2 * math.pi * 10000 ** (4 * i / d), "doubled-exponent"),
+        (lambda d, i: 2 * math.pi * 10000 ** (i / d), "halved-exponent"),
+        (lambda d, i: 1 / (2 * math.pi * 10000 ** (2 * i / d)), "frequency"),
+        (lambda d, i: 2 * math.pi * 10000 ** (-2 * i / d), "angular-frequency"),
+        (lambda d, i: 2 * math.pi * 10000 ** (2 * i / 64), "other"),  # right only for d_model = 64
+        (_raises, "raised"),
     ],
 )
-def test_wavelength_names_the_mistake(wrong, phrase):
-    rejected(ex.check_wavelength(wrong), phrase)
+def test_wavelength_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_wavelength(wrong), mistake)
 
 
 def test_wavelength_accepts_other_routes():
@@ -124,31 +136,35 @@ def test_wavelength_accepts_other_routes():
     assert ex.check_wavelength(lambda d, i: 2 * math.pi / math.exp(-2 * i / d * math.log(10000.0))) == ex.CORRECT
 
 
-def _gap(layer, tokens, perm, use_pe, travel=False, unshuffled=False, mean=False, fixed_pe=False):
+def _gap(layer, tokens, perm, use_pe, travel=False, unshuffled=False, inverse=False, mean=False, fixed_pe=False):
     pe = tl.sinusoidal_encoding(6, 16) if fixed_pe else tl.sinusoidal_encoding(tokens.shape[1], tokens.shape[2])
     with torch.no_grad():
         if travel and use_pe:
             x = tokens + pe
             return (layer(x[:, perm]) - layer(x)[:, perm]).abs().max().item()
         run = lambda t: layer(t + pe if use_pe else t)
-        diff = (run(tokens[:, perm]) - (run(tokens) if unshuffled else run(tokens)[:, perm])).abs()
+        plain = run(tokens)
+        compared = plain if unshuffled else plain[:, perm.argsort()] if inverse else plain[:, perm]
+        diff = (run(tokens[:, perm]) - compared).abs()
         return (diff.mean() if mean else diff.max()).item()
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda layer, t, p, u: 1.0 if u else 0.0, "expected a gap"),  # constants
-        (lambda layer, t, p, u: _gap(layer, t, p, u, travel=True), "travelled with their tokens"),
-        (lambda layer, t, p, u: _gap(layer, t, p, u, unshuffled=True), "apply perm to its output"),
-        (lambda layer, t, p, u: _gap(layer, t, p, u, mean=True), "mean difference"),
-        (lambda layer, t, p, u: _gap(layer, t, p, u, fixed_pe=True), "raised RuntimeError on tokens of shape (2, 9"),
-        (lambda layer, t, p, u: solution_permutation_gap(layer, t, p, u) * 2, "expected a gap"),
-        (lambda layer, t, p, u: "large", "as a number"),
+        (lambda layer, t, p, u: 1.0 if u else 0.0, "other"),  # constants
+        (lambda layer, t, p, u: _gap(layer, t, p, u, travel=True), "travelled"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, unshuffled=True), "unshuffled"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, inverse=True), "inverse"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, mean=True), "mean"),
+        (lambda layer, t, p, u: _gap(layer, t, p, u, fixed_pe=True), "raised"),  # fails on T=9
+        (lambda layer, t, p, u: _gap(layer, t, p, True), "not-noise"),  # the encoding even when use_pe is False
+        (lambda layer, t, p, u: solution_permutation_gap(layer, t, p, u) * 2, "other"),
+        (lambda layer, t, p, u: "large", "not-a-number"),
     ],
 )
-def test_permutation_gap_names_the_mistake(wrong, phrase):
-    rejected(ex.check_permutation_gap(wrong), phrase)
+def test_permutation_gap_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_permutation_gap(wrong), mistake)
 
 
 def test_permutation_gap_accepts_other_routes():

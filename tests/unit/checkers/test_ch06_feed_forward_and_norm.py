@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _mutation import raising, rejected
+from _mutation import raising, rejected_as
 from torch import nn
 
 import transformer_lib as tl
@@ -45,26 +45,29 @@ def _ln(x, w, b, e, unbiased=False, outside=False, axis=-1, centre=True):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda x, w, b, e: _ln(x, w, b, e, unbiased=True), "biased variance"),
-        (lambda x, w, b, e: _ln(x, w, b, e, outside=True), "inside the square root"),
-        (lambda x, w, b, e: _ln(x, w, b, 1e-5), "was ignored"),
-        (lambda x, w, b, e: _ln(x, 1.0, 0.0, e), "gain and the shift"),
-        (lambda x, w, b, e: _ln(x, w, 0.0, e), "shift (bias) is missing"),
-        (lambda x, w, b, e: _ln(x, 1.0, b, e), "gain (weight) is missing"),
-        (lambda x, w, b, e: _ln(x, w, b, e, centre=False), "subtract the mean"),
-        (lambda x, w, b, e: _ln(x, w, b, e, axis=0), "first axis"),
+        (lambda x, w, b, e: _ln(x, w, b, e, unbiased=True), "unbiased"),
+        (lambda x, w, b, e: _ln(x, w, b, e, outside=True), "eps-outside"),
+        (lambda x, w, b, e: _ln(x, w, b, 1e-5), "eps-ignored"),
+        (lambda x, w, b, e: _ln(x, 1.0, 0.0, e), "no-affine"),
+        (lambda x, w, b, e: _ln(x, w, 0.0, e), "no-bias"),
+        (lambda x, w, b, e: _ln(x, 1.0, b, e), "no-gain"),
+        (lambda x, w, b, e: _ln(x, w, b, e, centre=False), "not-centred"),
+        (lambda x, w, b, e: _ln(x, w, b, e, axis=0), "first-axis"),
+        (lambda x, w, b, e: _ln(x, w, b, e, axis=-2), "positions"),  # over the positions of (3, 4, 10)
         (lambda x, w, b, e: (x - x.mean(-1, keepdim=True)) / (x.var(-1, False, keepdim=True) + e) * w + b, "variance"),
-        (lambda x, w, b, e: F.layer_norm(x, x.shape[-1:], w, b, e), "by hand"),
-        (lambda x, w, b, e: torch.layer_norm(x, x.shape[-1:], w, b, e), "by hand"),
-        (lambda x, w, b, e: tl.LayerNorm(x.shape[-1], e)(x), "by hand"),
-        (lambda x, w, b, e: _ln(x.view(3, 4, 10), w, b, e), "raised RuntimeError on x of shape (5, 7)"),
-        (_raises, "raised IndexError on x of shape (3, 4, 10)"),
+        (lambda x, w, b, e: x.mean(-1), "shape"),
+        (lambda x, w, b, e: x.tolist(), "not-a-tensor"),
+        (lambda x, w, b, e: F.layer_norm(x, x.shape[-1:], w, b, e), "by-hand"),
+        (lambda x, w, b, e: torch.layer_norm(x, x.shape[-1:], w, b, e), "by-hand"),
+        (lambda x, w, b, e: tl.LayerNorm(x.shape[-1], e)(x), "by-hand"),
+        (lambda x, w, b, e: _ln(x.view(3, 4, 10), w, b, e), "raised"),  # fails on (5, 7)
+        (_raises, "raised"),
     ],
 )
-def test_layer_norm_names_the_mistake(wrong, phrase):
-    rejected(ex.check_layer_norm(wrong), phrase)
+def test_layer_norm_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_layer_norm(wrong), mistake)
 
 
 def test_layer_norm_accepts_other_routes():
@@ -76,21 +79,22 @@ def test_layer_norm_accepts_other_routes():
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda x, s, n: n(x + s(x)), "post-LN"),
-        (lambda x, s, n: s(n(x)), "residual is missing"),
-        (lambda x, s, n: n(x) + s(n(x)), "raw x"),
-        (lambda x, s, n: x + n(s(x)), "normalised the sublayer's output"),
-        (lambda x, s, n: n(x + s(n(x))), "normalise the sum as well"),
-        (lambda x, s, n: x + s(x), "norm is missing"),
-        (lambda x, s, n: x + s(nn.LayerNorm(x.shape[-1])(x)), "norm you are given"),
-        (lambda x, s, n: x + s(n(x)) * 0.5, "not quite"),
-        (_raises, "raised IndexError on x of shape (2, 3, 8)"),
+        (lambda x, s, n: n(x + s(x)), "post-ln"),
+        (lambda x, s, n: s(n(x)), "no-residual"),
+        (lambda x, s, n: n(x) + s(n(x)), "normalised-residual"),
+        (lambda x, s, n: x + n(s(x)), "normalised-output"),
+        (lambda x, s, n: n(x + s(n(x))), "normalised-sum"),
+        (lambda x, s, n: x + s(x), "no-norm"),
+        (lambda x, s, n: x + s(nn.LayerNorm(x.shape[-1])(x)), "new-norm"),
+        (lambda x, s, n: x + s(n(x)) * 0.5, "other"),
+        (lambda x, s, n: (x + s(n(x)))[..., :-1], "shape"),
+        (_raises, "raised"),
     ],
 )
-def test_pre_ln_names_the_mistake(wrong, phrase):
-    rejected(ex.check_pre_ln(wrong), phrase)
+def test_pre_ln_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_pre_ln(wrong), mistake)
 
 
 def test_pre_ln_accepts_other_routes():
@@ -99,20 +103,21 @@ def test_pre_ln_accepts_other_routes():
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda x: x.mean(-1), "layer norm's statistic"),
-        (lambda x: x.mean(0), "positions too"),
-        (lambda x: x.mean(1), "batch too"),
-        (lambda x: x.mean(), "one mean for everything"),
+        (lambda x: x.mean(-1), "features"),
+        (lambda x: x.mean(0), "batch-only"),
+        (lambda x: x.mean(1), "positions-only"),
+        (lambda x: x.mean(), "one-mean"),
         (lambda x: x.var(dim=(0, 1)), "variance"),
-        (lambda x: x[0].mean(0), "wrong values"),
-        (lambda x: x.mean(dim=(0, 1))[:6], "expected one mean per feature"),  # right only for d = 6
-        (_raises, "raised IndexError on x of shape (4, 5, 6)"),
+        (lambda x: x[0].mean(0), "other"),
+        (lambda x: x.mean(dim=(0, 1))[:6], "shape"),  # right only for d = 6
+        (_raises, "raised"),
+        (lambda x: x.mean(dim=(0, 1)).tolist(), "not-a-tensor"),
     ],
 )
-def test_batch_norm_mean_names_the_mistake(wrong, phrase):
-    rejected(ex.check_batch_norm_mean(wrong), phrase)
+def test_batch_norm_mean_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_batch_norm_mean(wrong), mistake)
 
 
 def test_batch_norm_mean_accepts_other_routes():
@@ -140,19 +145,20 @@ def _depth(num_layers, seed, final_norm=False, norm_first=True, variance=False, 
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda n, s: 1.1 if n == 1 else 1.9, "expected about"),  # constants
-        (lambda n, s: (1 + 0.03 * n) ** 0.5, "expected about"),  # a formula of the depth, not a measurement
-        (lambda n, s: _depth(n, s, final_norm=True), "still normalised"),
-        (lambda n, s: _depth(n, s, norm_first=False), "still normalised"),
+        (lambda n, s: 1.1 if n == 1 else 1.9, "other"),  # constants
+        (lambda n, s: (1 + 0.03 * n) ** 0.5, "other"),  # a formula of the depth, not a measurement
+        (lambda n, s: _depth(n, s, final_norm=True), "normalised"),
+        (lambda n, s: _depth(n, s, norm_first=False), "normalised"),
         (lambda n, s: _depth(n, s, variance=True), "variance"),
-        (lambda n, s: _depth(n, 0), "tl.set_seed(seed)"),  # measures on its own seed
-        (_raises, "raised IndexError on num_layers=1"),
+        (lambda n, s: _depth(n, 0), "other"),  # measures on its own seed
+        (_raises, "raised"),
+        (lambda n, s: "about 2", "not-a-number"),
     ],
 )
-def test_depth_growth_names_the_mistake(wrong, phrase):
-    rejected(ex.check_depth_growth(wrong), phrase)
+def test_depth_growth_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_depth_growth(wrong), mistake)
 
 
 def test_depth_growth_accepts_the_notebook_solution():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _mutation import notebook_solution, raising, rejected
+from _mutation import notebook_solution, raising, rejected_as
 from torch import nn
 
 import transformer_lib as tl
@@ -54,26 +54,28 @@ def _keep(m):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda h, m: h.mean(1), "padding is averaged in"),
-        (lambda h, m: (h * _keep(m)).sum(1) / h.shape[1], "not by S"),
-        (lambda h, m: (h * _keep(m)).sum(1), "the sum of the real positions"),
-        (lambda h, m: (h * (1 - _keep(m))).sum(1) / (1 - _keep(m)).sum(1).clamp(min=1), "pads only"),
-        (lambda h, m: h[:, 0], "first position only"),
-        (lambda h, m: (h * _keep(m)).sum(1) / 3, "Not the mean over the real positions"),
-        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1))[:, :2], "expected shape"),
-        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1)).tolist(), "Return a tensor"),
-        (_raises, "raised RuntimeError on hidden of shape (3, 5, 4)"),
+        (lambda h, m: h.mean(1), "padding-averaged"),
+        (lambda h, m: (h * _keep(m)).sum(1) / h.shape[1], "divided-by-S"),
+        (lambda h, m: (h * _keep(m)).sum(1) / 5, "divided-by-S"),  # S of the first input, whatever the input
+        (lambda h, m: (h * _keep(m)).sum(1), "sum"),
+        (lambda h, m: (h * (1 - _keep(m))).sum(1) / (1 - _keep(m)).sum(1).clamp(min=1), "pads-only"),
+        (lambda h, m: h[:, 0], "first-position"),
+        (lambda h, m: (h * _keep(m)).sum(1) / 3, "other"),
+        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1))[:, :2], "shape"),
+        (lambda h, m: ((h * _keep(m)).sum(1) / _keep(m).sum(1)).tolist(), "not-a-tensor"),
+        (_raises, "raised"),
     ],
 )
-def test_mean_pool_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_mean_pool(wrong), phrase)
+def test_mean_pool_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_mean_pool(wrong), mistake)
 
 
 def test_mean_pool_right_only_for_one_input_fails_naming_the_input():
     feedback = ex.check_mean_pool(lambda h, m: (h * _keep(m)).sum(1) / (_keep(m).sum(1) + (h.shape[0] == 4)))
-    rejected(feedback, "pad id 3")
+    rejected_as(feedback, "other")
+    assert "pad id 3" in feedback
 
 
 @pytest.mark.parametrize(
@@ -103,30 +105,46 @@ def _pre(layer, x, m, first="norm1", second="norm2", mask=True, final=False):
     return layer.norm2(out) if final else out
 
 
+def _no_residual(layer, z):  # the feed-forward sublayer on z = attn(norm1(x)), which lost its residual x
+    return z + layer.feed_forward(layer.norm2(z))
+
+
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda layer, x, m: layer(x, m), "post-LN order"),
-        (lambda layer, x, m: _pre(layer, x, m, second="norm1"), "norm1 for both"),
-        (lambda layer, x, m: _pre(layer, x, m, first="norm2"), "norm2 for both"),
-        (lambda layer, x, m: _pre(layer, x, m, first="norm2", second="norm1"), "swapped"),
-        (lambda layer, x, m: _pre(layer, x, m, mask=False), "mask is ignored"),
-        (lambda layer, x, m: _pre(layer, x, m, final=True), "does not normalise the output"),
-        (lambda layer, x, m: layer.feed_forward(layer.norm2(x + _attn(layer, layer.norm1(x), m))), "lost its residual"),
-        (lambda layer, x, m: x + _attn(layer, x, m), "Not quite the pre-LN order"),
-        (lambda layer, x, m: _pre(layer, x, m)[:, :-1], "expected shape"),
-        (_raises, "raised RuntimeError on a layer with d_model=16"),
+        (lambda layer, x, m: layer(x, m), "post-ln"),
+        (lambda layer, x, m: _pre(layer, x, m, second="norm1"), "norm1-twice"),
+        (lambda layer, x, m: _pre(layer, x, m, first="norm2"), "norm2-twice"),
+        (lambda layer, x, m: _pre(layer, x, m, first="norm2", second="norm1"), "norms-swapped"),
+        (lambda layer, x, m: _pre(layer, x, m, mask=False), "mask-ignored"),
+        (lambda layer, x, m: _pre(layer, x, m, final=True), "final-norm"),
+        (lambda layer, x, m: layer.feed_forward(layer.norm2(x + _attn(layer, layer.norm1(x), m))), "no-ff-residual"),
+        (lambda layer, x, m: _no_residual(layer, _attn(layer, layer.norm1(x), m)), "no-attention-residual"),
+        (lambda layer, x, m: x + _attn(layer, layer.norm1(x), m) + layer.feed_forward(layer.norm2(x)), "ff-reads-x"),
+        (lambda layer, x, m: x + _attn(layer, x, m), "other"),
+        (lambda layer, x, m: _pre(layer, x, m)[:, :-1], "shape"),
+        (_raises, "raised"),
     ],
 )
-def test_pre_ln_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_pre_ln_layer(wrong, _Layer), phrase)
+def test_pre_ln_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_pre_ln_layer(wrong, _Layer), mistake)
 
 
 def test_pre_ln_right_only_for_one_width_fails_naming_the_input():
     def only_16(layer, x, m):
         return _pre(layer, x, m) if x.shape[-1] == 16 else x
 
-    rejected(ex.check_pre_ln_layer(only_16, _Layer), "d_model=24")
+    feedback = ex.check_pre_ln_layer(only_16, _Layer)
+    rejected_as(feedback, "other")
+    assert "d_model=24" in feedback
+
+
+def test_pre_ln_a_layer_class_that_cannot_be_built_is_named():
+    class Broken(_Layer):
+        def __init__(self, d_model, num_heads, d_ff):
+            super().__init__(d_model, num_heads * 5, d_ff)  # 5 * num_heads heads do not divide d_model
+
+    rejected_as(ex.check_pre_ln_layer(_pre, Broken), "raised")
 
 
 @pytest.mark.parametrize(
@@ -146,20 +164,21 @@ def test_pre_ln_other_routes_pass(right):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda h: h[:, -1], "last position"),
-        (lambda h: h.mean(1), "mean pooling"),
-        (lambda h: h[:, 1], "position 1"),
-        (lambda h: h.max(1).values, "max pooling"),
-        (lambda h: h[:, :1], "not hidden[:, :1]"),
-        (lambda h: h[0], "first sequence of the batch"),
-        (lambda h: h[:, 0] if h.shape[0] == 3 else h[:, 0] * 2, "Not position 0 on hidden of shape (5, 2, 7)"),
-        (_raises, "raised RuntimeError on hidden of shape (3, 6, 4)"),
+        (lambda h: h[:, -1], "last-position"),
+        (lambda h: h.mean(1), "mean-pooling"),
+        (lambda h: h[:, 1], "position-1"),
+        (lambda h: h.max(1).values, "max-pooling"),
+        (lambda h: h[:, :1], "kept-axis"),
+        (lambda h: h[0], "first-sequence"),
+        (lambda h: h[:, 0] if h.shape[0] == 3 else h[:, 0] * 2, "other"),
+        (lambda h: h[:, 0].tolist(), "not-a-tensor"),
+        (_raises, "raised"),
     ],
 )
-def test_first_pool_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_first_pool(wrong), phrase)
+def test_first_pool_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_first_pool(wrong), mistake)
 
 
 @pytest.mark.parametrize("right", [lambda h: h.select(1, 0), lambda h: h.narrow(1, 0, 1).squeeze(1).double()])
@@ -214,7 +233,7 @@ def _rows_off(model, x, y, layer, head):
 def test_head_ablation_measured_on_the_notebooks_data_alone_fails(classifier):
     model, x, y = classifier
     own = lambda m, xs, ys, layer, head: _head_off(m, x, y, layer, head)  # ignores the data it is given
-    rejected(ex.check_head_ablation(own, *classifier), "data of its own")
+    rejected_as(ex.check_head_ablation(own, *classifier), "given-data-ignored")
 
 
 def test_head_ablation_notebook_solution_passes(classifier):
@@ -224,26 +243,51 @@ def test_head_ablation_notebook_solution_passes(classifier):
 def test_head_ablation_constants_and_typed_numbers_fail(classifier):
     model, x, y = classifier
     typed = {(i, j): ex.ch08_encoder._accuracy_without_head(model, x, y, i, j) for i in range(2) for j in range(2)}
-    rejected(ex.check_head_ablation(lambda m, xs, ys, i, j: typed[(i, j)], *classifier), "random subset")
-    rejected(ex.check_head_ablation(lambda *a: 0.5, *classifier), "must measure")
+    rejected_as(ex.check_head_ablation(lambda m, xs, ys, i, j: typed[(i, j)], *classifier), "given-data-ignored")
+    rejected_as(ex.check_head_ablation(lambda *a: 0.5, *classifier), "not-measured")
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda *a: _head_off(*a, restore=False), "put the head back"),
-        (lambda *a: _head_off(*a, switch_off=False), "every head on"),
-        (_rows_off, "columns of out_proj.weight"),  # the head's rows zeroed: the wrong side of out_proj
-        (lambda m, x, y, layer, head: _head_off(m, x, y, 0, head), "layer 1"),  # right for layer 0 only
-        (lambda m, x, y, layer, head: _head_off(m, x, y, layer, 0), "head 1"),  # right for head 0 only
+        (lambda *a: _head_off(*a, restore=False), "model-changed"),
+        (lambda *a: _head_off(*a, switch_off=False), "all-heads-on"),
+        (_rows_off, "other"),  # the head's rows zeroed: the wrong side of out_proj
+        (lambda m, x, y, layer, head: _head_off(m, x, y, 0, head), "other"),  # right for layer 0 only
+        (lambda m, x, y, layer, head: _head_off(m, x, y, layer, 0), "other"),  # right for head 0 only
         (lambda *a: _head_off(*a, scale=100.0), "percentage"),
-        (lambda *a: _head_off(*a, flip=True), "error rate"),
-        (lambda *a: "high", "as a number"),
-        (_raises, "raised RuntimeError on layer"),
+        (lambda *a: _head_off(*a, flip=True), "error-rate"),
+        (lambda *a: "high", "not-a-number"),
+        (_raises, "raised"),
     ],
 )
-def test_head_ablation_mistakes_are_named(classifier, wrong, phrase):
-    rejected(ex.check_head_ablation(wrong, *classifier), phrase)
+def test_head_ablation_mistakes_are_named(classifier, wrong, mistake):
+    rejected_as(ex.check_head_ablation(wrong, *classifier), mistake)
+
+
+def test_head_ablation_puts_back_the_weights_an_answer_changed(classifier):
+    assert ex.check_head_ablation(lambda *a: _head_off(*a), *classifier) == ex.CORRECT
+    rejected_as(ex.check_head_ablation(lambda *a: _head_off(*a, restore=False), *classifier), "model-changed")
+    assert ex.check_head_ablation(_head_off, *classifier) == ex.CORRECT  # the checker restored the weights
+    rejected_as(ex.check_head_ablation(lambda *a: None, *classifier), "todo")
+
+
+def test_head_ablation_on_a_larger_set_names_the_full_accuracy():
+    tl.set_seed(0)
+    tok = tl.CharTokenizer("()[]")
+    x, y = tl.encode_labelled(tl.brackets_task(200, seed=3, max_pairs=4), tok, bos=True)
+    model = tl.EncoderClassifier(
+        vocab_size=tok.vocab_size,
+        num_classes=2,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_len=32,
+    ).eval()
+    assert ex.check_head_ablation(_head_off, model, x, y) == ex.CORRECT
+    rejected_as(ex.check_head_ablation(lambda *a: _head_off(*a, switch_off=False), model, x, y), "all-heads-on")
 
 
 def test_head_ablation_gives_the_model_back_and_accepts_another_route(classifier):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _mutation import notebook_solution, raising, rejected
+from _mutation import notebook_solution, raising, rejected_as
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
@@ -35,21 +35,21 @@ def _blocks(w, h, d_k):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda x, w: torch.einsum("bthk,hkd->bthd", x, w.reshape(x.shape[2], x.shape[3], -1)), "split the columns"),
-        (lambda x, w: torch.einsum("bthk,dkh->bthd", x, w.view(w.shape[0], x.shape[3], x.shape[2])), "h-th column"),
-        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) / x.shape[2], "not averaged"),
-        (lambda x, w: torch.einsum("bthk,dk->bthd", x, w[:, : x.shape[3]]), "head 0's columns"),
-        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).cumsum(2), "running sum"),
-        (lambda x, w: x.flatten(-2) @ w.T, "the heads' sum"),
-        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).tolist(), "Return a tensor"),
-        (raising(RuntimeError("shape '[6, 4, 3]' is invalid for input of size 144")), "raised RuntimeError"),
-        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) * 1.1, "Not the heads'"),
+        (lambda x, w: torch.einsum("bthk,hkd->bthd", x, w.reshape(x.shape[2], x.shape[3], -1)), "split-rows"),
+        (lambda x, w: torch.einsum("bthk,dkh->bthd", x, w.view(w.shape[0], x.shape[3], x.shape[2])), "strided-columns"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) / x.shape[2], "averaged"),
+        (lambda x, w: torch.einsum("bthk,dk->bthd", x, w[:, : x.shape[3]]), "head-0-columns"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).cumsum(2), "running-sum"),
+        (lambda x, w: x.flatten(-2) @ w.T, "summed"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])).tolist(), "not-a-tensor"),
+        (raising(RuntimeError("shape '[6, 4, 3]' is invalid for input of size 144")), "raised"),
+        (lambda x, w: torch.einsum("bthk,dhk->bthd", x, _blocks(w, *x.shape[2:])) * 1.1, "other"),
     ],
 )
-def test_head_contribution_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_head_contributions(wrong), phrase)
+def test_head_contribution_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_head_contributions(wrong), mistake)
 
 
 def test_head_contributions_must_be_written_by_hand(induction_model):
@@ -58,7 +58,7 @@ def test_head_contributions_must_be_written_by_hand(induction_model):
     def library(heads, weight):
         return inside.head_contributions(induction_model, {"x.heads": heads}, "x.heads")
 
-    rejected(ex.check_head_contributions(library), "write it by hand")
+    rejected_as(ex.check_head_contributions(library), "by-hand")
     assert mha is induction_model.decoder.layers[0].self_attn  # the model is untouched
 
 
@@ -66,7 +66,7 @@ def test_head_contributions_right_for_one_shape_only_fails():
     def four_heads_only(x, w):
         return torch.einsum("bthk,dhk->bthd", x, w.view(w.shape[0], 4, -1)) if x.shape[2] == 4 else x
 
-    rejected(ex.check_head_contributions(four_heads_only), "(1, 7, 2, 5)")
+    rejected_as(ex.check_head_contributions(four_heads_only), "shape")  # on heads (1, 7, 2, 5)
 
 
 def test_other_routes_to_the_contributions_pass():
@@ -102,22 +102,22 @@ def _per_sequence(p, t):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda p, t: _pooled(p, _targets(t, earlier_copy=True)), "duplicate-token head"),
-        (lambda p, t: _pooled(p.transpose(-1, -2), _targets(t)), "rows are queries"),
-        (lambda p, t: (p * _targets(t)[:, None]).sum(-1).mean((0, 2)), "Average only over the positions"),
-        (_per_sequence, "not sequence by sequence"),
-        (lambda p, t: _pooled(p, _targets(t, up_to_self=False)), "including t"),
-        (lambda p, t: _pooled(p, _targets(t, shift=2)), "Off by one"),
-        (lambda p, t: _pooled(p, _targets(t)).tolist(), "Return a tensor"),
-        (lambda p, t: _pooled(p, _targets(t))[:2], "expected shape"),
-        (raising(IndexError("index 12 is out of bounds for dimension 2 with size 12")), "raised IndexError"),
-        (lambda p, t: _pooled(p, _targets(t)) + 0.05, "Not the induction scores"),
+        (lambda p, t: _pooled(p, _targets(t, earlier_copy=True)), "duplicate-token"),
+        (lambda p, t: _pooled(p.transpose(-1, -2), _targets(t)), "transposed"),
+        (lambda p, t: (p * _targets(t)[:, None]).sum(-1).mean((0, 2)), "all-positions"),
+        (_per_sequence, "sequence-by-sequence"),
+        (lambda p, t: _pooled(p, _targets(t, up_to_self=False)), "excludes-self"),
+        (lambda p, t: _pooled(p, _targets(t, shift=2)), "off-by-one"),
+        (lambda p, t: _pooled(p, _targets(t)).tolist(), "not-a-tensor"),
+        (lambda p, t: _pooled(p, _targets(t))[:2], "shape"),
+        (raising(IndexError("index 12 is out of bounds for dimension 2 with size 12")), "raised"),
+        (lambda p, t: _pooled(p, _targets(t)) + 0.05, "other"),
     ],
 )
-def test_induction_score_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_induction_scores(wrong), phrase)
+def test_induction_score_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_induction_scores(wrong), mistake)
 
 
 def _rolled(p, t):  # the shift by torch.roll, which wraps the last key round to key 0
@@ -145,28 +145,40 @@ def _position_first(p, t):
     return torch.stack([mass[:, :, i][counted[:, i]].mean(0) for i in range(t.shape[1]) if counted[:, i].any()]).mean(0)
 
 
+def _largest_target(p, t):  # the most attended target alone, not their sum
+    targets = _targets(t)
+    return (p * targets[:, None]).amax(-1).permute(1, 0, 2)[:, targets.any(-1)].mean(-1)
+
+
+def _latest_copy(p, t):  # only the key after the latest earlier copy
+    targets = _targets(t)
+    return _pooled(p, targets & (targets.flip(-1).cumsum(-1).flip(-1) == 1))
+
+
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (_rolled, "wraps around"),
-        (_future_too, "appear"),
-        (_per_target, "do not divide it by their number"),
-        (_position_first, "not position by position"),
+        (_rolled, "wrapped-shift"),
+        (_future_too, "all-positions"),  # every case's last token repeats: it counts every position
+        (_per_target, "divided-by-targets"),
+        (_position_first, "position-by-position"),
+        (_largest_target, "max-not-sum"),
+        (_latest_copy, "latest-copy"),
     ],
 )
-def test_more_induction_score_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_induction_scores(wrong), phrase)
+def test_more_induction_score_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_induction_scores(wrong), mistake)
 
 
 def test_a_view_sized_by_the_wrong_dimension_fails_where_d_model_is_not_h_times_d_k():
     def wrong_size(x, w):
         return torch.einsum("bthk,dhk->bthd", x, w.view(w.shape[1], x.shape[2], x.shape[3]))
 
-    rejected(ex.check_head_contributions(wrong_size), "(10, 12)")
+    rejected_as(ex.check_head_contributions(wrong_size), "raised")  # on out_proj.weight (10, 12)
 
 
 def test_the_library_induction_score_is_refused():
-    rejected(ex.check_induction_scores(lambda p, t: inside.induction_scores(p, t)), "write it by hand")
+    rejected_as(ex.check_induction_scores(lambda p, t: inside.induction_scores(p, t)), "by-hand")
 
 
 def test_a_score_right_on_repeated_blocks_only_fails_on_other_text():
@@ -174,8 +186,7 @@ def test_a_score_right_on_repeated_blocks_only_fails_on_other_text():
         n = t.shape[1] // 2
         return p.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean((0, 2))
 
-    feedback = ex.check_induction_scores(offset_only)
-    assert feedback != ex.CORRECT
+    rejected_as(ex.check_induction_scores(offset_only), "other")
 
 
 # ---- the experiment: find the induction heads ---------------------------------------------------
@@ -210,24 +221,24 @@ def _relative_threshold(model, tokens):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda m, t: [(1, 0), (1, 1), (1, 2)], "renumbered the heads"),
-        (lambda m, t: [(a + 1, b + 1) for a, b in _found(m, t, inside.induction_scores)], "count layers and heads"),
-        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.3), "expected the heads"),
-        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.5), "found no head"),
-        (lambda m, t: _found(m, t, lambda p, tok: -inside.induction_scores(p, tok), -0.5), "every head except"),
-        (lambda m, t: [p for p in _found(m, t, inside.induction_scores) if p[0] == 0], "found no head"),
-        (lambda m, t: _found(m, t[:, : t.shape[1] // 2], lambda p, tok: inside.head_scores(p, 1), 0.99), "no head"),
-        (_last_layer_only, "score every layer"),
-        (_own_data, "did not run the model on the tokens it was given"),
-        (_relative_threshold, "not a threshold relative"),
-        (lambda m, t: "layer 2", "list of (layer, head) pairs"),
-        (raising(KeyError("decoder.layers.0.attn.pattern")), "raised KeyError"),
+        (lambda m, t: [(1, 0), (1, 1), (1, 2)], "typed-answer"),
+        (lambda m, t: [(a + 1, b + 1) for a, b in _found(m, t, inside.induction_scores)], "one-based"),
+        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.3), "other"),
+        (lambda m, t: _found(m, t, lambda p, tok: inside.head_scores(p, 1), 0.5), "none-found"),
+        (lambda m, t: _found(m, t, lambda p, tok: -inside.induction_scores(p, tok), -0.5), "inverted"),
+        (lambda m, t: [p for p in _found(m, t, inside.induction_scores) if p[0] == 0], "none-found"),
+        (lambda m, t: _found(m, t[:, : t.shape[1] // 2], lambda p, tok: inside.head_scores(p, 1), 0.99), "none-found"),
+        (_last_layer_only, "none-found"),  # nothing in layer 1 of the model with a layer in front
+        (_own_data, "other-tokens"),
+        (_relative_threshold, "relative-threshold"),
+        (lambda m, t: "layer 2", "not-pairs"),
+        (raising(KeyError("decoder.layers.0.attn.pattern")), "raised"),
     ],
 )
-def test_find_induction_heads_mistakes_are_named(wrong, phrase, induction_model):
-    rejected(ex.check_find_induction_heads(wrong, induction_model), phrase)
+def test_find_induction_heads_mistakes_are_named(wrong, mistake, induction_model):
+    rejected_as(ex.check_find_induction_heads(wrong, induction_model), mistake)
 
 
 def test_find_induction_heads_that_leaves_hooks_or_changes_weights_is_refused(induction_model):
@@ -235,14 +246,14 @@ def test_find_induction_heads_that_leaves_hooks_or_changes_weights_is_refused(in
         m.decoder.layers[0].register_forward_hook(lambda *a: None)
         return _found(m, t, inside.induction_scores)
 
-    rejected(ex.check_find_induction_heads(leaves_a_hook, induction_model), "left hooks")
+    rejected_as(ex.check_find_induction_heads(leaves_a_hook, induction_model), "hooks-left")
 
     def zeroes_a_head(m, t):
         with torch.no_grad():
             m.decoder.layers[1].self_attn.out_proj.weight[:, :16] = 0
         return _found(m, t, inside.induction_scores)
 
-    rejected(ex.check_find_induction_heads(zeroes_a_head, induction_model), "changed the model's weights")
+    rejected_as(ex.check_find_induction_heads(zeroes_a_head, induction_model), "changed-weights")
 
 
 def test_the_checker_leaves_the_callers_model_alone(induction_model):
@@ -261,7 +272,7 @@ def test_stubs_are_not_answered_and_a_student_stub_raises_a_friendly_error(induc
         lambda fn: ex.check_find_induction_heads(fn, induction_model),
     ]
     for check in checks:
-        assert check(lambda *args: None).startswith("Not answered yet")
+        rejected_as(check(lambda *args: None), "todo")
         with pytest.raises(tl.NotYetDone, match="exercise 13 is not done yet"):
             check(student_stub)
 
@@ -274,28 +285,28 @@ def _score(r, w):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda r, w: _score(w, r), "reader @ writer"),
-        (lambda r, w: torch.linalg.matrix_norm(r @ w).item(), "the score is a ratio"),
-        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(r)).item(), "the writer's too"),
-        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(w)).item(), "the reader's too"),
+        (lambda r, w: _score(w, r), "reversed"),
+        (lambda r, w: torch.linalg.matrix_norm(r @ w).item(), "unnormalised"),
+        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(r)).item(), "no-writer-norm"),
+        (lambda r, w: (torch.linalg.matrix_norm(r @ w) / torch.linalg.matrix_norm(w)).item(), "no-reader-norm"),
         (
             lambda r, w: (
                 torch.linalg.matrix_norm(r @ w, ord=2)
                 / (torch.linalg.matrix_norm(r, ord=2) * torch.linalg.matrix_norm(w, ord=2))
             ).item(),
-            "Frobenius",
+            "spectral-norm",
         ),
-        (lambda r, w: _score(r, w) ** 2, "square of the score"),
-        (lambda r, w: ((r * w).sum() / (r.norm() * w.norm())).item(), "element by element"),
-        (lambda r, w: tl.inside.composition_score(r, w), "write it by hand"),
-        (lambda r, w: 0.5, "expected"),
-        (lambda r, w: "high", "as a number"),
+        (lambda r, w: _score(r, w) ** 2, "squared"),
+        (lambda r, w: ((r * w).sum() / (r.norm() * w.norm())).item(), "elementwise"),
+        (lambda r, w: tl.inside.composition_score(r, w), "by-hand"),
+        (lambda r, w: 0.5, "other"),
+        (lambda r, w: "high", "not-a-number"),
     ],
 )
-def test_composition_score_names_the_mistake(wrong, phrase):
-    rejected(ex.check_composition_score(wrong), phrase)
+def test_composition_score_names_the_mistake(wrong, mistake):
+    rejected_as(ex.check_composition_score(wrong), mistake)
 
 
 def test_composition_score_accepts_other_routes():
@@ -308,6 +319,6 @@ def test_composition_score_accepts_other_routes():
 def test_composition_score_right_for_one_input_only_is_rejected():
     """1.0 is right only where the reader reads exactly what the writer writes; a score fitted to the square,
     full-rank case only fails on low-rank circuits."""
-    rejected(ex.check_composition_score(lambda r, w: 1.0), "expected")
+    rejected_as(ex.check_composition_score(lambda r, w: 1.0), "other")
     only_full_rank = lambda r, w: _score(r, w) if torch.linalg.matrix_rank(r) == r.shape[0] else 0.3  # noqa: E731
-    rejected(ex.check_composition_score(only_full_rank), "rank 4")
+    rejected_as(ex.check_composition_score(only_full_rank), "other")  # on the case of rank 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _mutation import notebook_solution, raising, rejected
+from _mutation import notebook_solution, raising, rejected_as
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
@@ -39,30 +39,32 @@ def _per_head(w, h, order):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda w, h, r: w.clone(), "still in the interleaved order"),
-        (lambda w, h, r: _per_head(w, h, torch.argsort(_order(w.shape[0] // h, r))), "inverse order"),
-        (lambda w, h, r: w[_order(w.shape[0], w.shape[0])], "whole matrix as one block"),
-        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, w.shape[0] // h)), "rows past rotary_dim"),
-        (lambda w, h, r: w[:, _order(w.shape[1], w.shape[1])], "reordered the columns"),
+        (lambda w, h, r: w.clone(), "interleaved"),
+        (lambda w, h, r: _per_head(w, h, torch.argsort(_order(w.shape[0] // h, r))), "inverse"),
+        (lambda w, h, r: w[_order(w.shape[0], w.shape[0])], "whole-matrix"),
+        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, w.shape[0] // h)), "past-rotary-dim"),
+        (lambda w, h, r: w[:, _order(w.shape[1], w.shape[1])], "columns"),
         (
             lambda w, h, r: torch.cat((w[: w.shape[0] // h][_order(w.shape[0] // h, r)], w[w.shape[0] // h :])),
-            "Only the first head",
+            "first-head-only",
         ),
-        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, r)).flip(0), "another order"),
-        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, r))[:, :2], "expected shape"),
-        (lambda w, h, r: tl.rotary_permutation(w.shape[0] // h, r), "write it by hand"),
-        (raising(IndexError("index 8 is out of bounds")), "raised IndexError on a weight of shape (16, 6)"),
+        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, r)).flip(0), "row-order"),
+        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, r)) * 2, "other"),
+        (lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, r))[:, :2], "shape"),
+        (lambda w, h, r: tl.rotary_permutation(w.shape[0] // h, r), "by-hand"),
+        (raising(IndexError("index 8 is out of bounds")), "raised"),
     ],
 )
-def test_rotary_rows_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_rotary_rows(wrong), phrase)
+def test_rotary_rows_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_rotary_rows(wrong), mistake)
 
 
 def test_rotary_rows_right_only_when_every_row_turns_fails_naming_the_input():
     """Right whenever rotary_dim = d_k (the first case), wrong on the second."""
-    rejected(ex.check_rotary_rows(lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, w.shape[0] // h))), "past")
+    wrong = lambda w, h, r: _per_head(w, h, _order(w.shape[0] // h, w.shape[0] // h))  # noqa: E731
+    rejected_as(ex.check_rotary_rows(wrong), "past-rotary-dim")
 
 
 @pytest.mark.parametrize(
@@ -109,44 +111,45 @@ def _gates(logits, k, keep=None):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda x, k: _gates(x, k, keep=lambda top: top), "renormalise"),
+        (lambda x, k: _gates(x, k, keep=lambda top: top), "not-renormalised"),
         (
             lambda x, k: torch.zeros_like(x).scatter(
                 -1,
                 x.softmax(0).topk(k, -1).indices,
                 x.softmax(0).topk(k, -1).values / x.softmax(0).topk(k, -1).values.sum(-1, keepdim=True),
             ),
-            "over the tokens",
+            "softmax-axis",
         ),
         (
             lambda x, k: torch.zeros_like(x).scatter(
                 -1, x.softmax(-1).topk(k, -1).indices, x.softmax(0).gather(1, x.softmax(-1).topk(k, -1).indices)
             ),
-            "you chose the right experts",
+            "wrong-gates",
         ),
-        (lambda x, k: torch.zeros_like(x).scatter(-1, x.topk(k, -1).indices, x.topk(k, -1).values), "raw logits"),
+        (lambda x, k: torch.zeros_like(x).scatter(-1, x.topk(k, -1).indices, x.topk(k, -1).values), "raw-logits"),
         (
             lambda x, k: torch.zeros_like(x).scatter(
                 -1, x.topk(k, -1, largest=False).indices, x.topk(k, -1, largest=False).values.softmax(-1)
             ),
-            "least likely",
+            "least-likely",
         ),
-        (lambda x, k: x.softmax(-1), "Every expert got a gate"),
-        (lambda x, k: _gates(x, min(2, x.shape[1])), "keeps 2 experts whatever k"),
+        (lambda x, k: x.softmax(-1), "all-experts"),
+        (lambda x, k: _gates(x, min(2, x.shape[1])), "fixed-k"),
         (lambda x, k: _gates(x, k).long(), "dtype"),
-        (lambda x, k: _gates(x, k)[:, :k], "expected shape"),
-        (lambda x, k: _gates(x, k) * 0.9, "not the renormalised probabilities"),
-        (raising(RuntimeError("selected index k out of range")), "raised RuntimeError on logits of shape (6, 4)"),
+        (lambda x, k: _gates(x, k)[:, :k], "shape"),
+        (lambda x, k: _gates(x, k) * 0.9, "wrong-gates"),
+        (lambda x, k: _gates(x, k).roll(1, -1), "other"),
+        (raising(RuntimeError("selected index k out of range")), "raised"),
     ],
 )
-def test_top_k_gates_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_top_k_gates(wrong), phrase)
+def test_top_k_gates_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_top_k_gates(wrong), mistake)
 
 
 def test_top_k_gates_right_only_for_k_2_fails_naming_the_input():
-    rejected(ex.check_top_k_gates(lambda x, k: _gates(x, 2)), "k=3")
+    rejected_as(ex.check_top_k_gates(lambda x, k: _gates(x, 2)), "fixed-k")  # on logits (5, 8) with k=3
 
 
 @pytest.mark.parametrize(
@@ -171,38 +174,48 @@ def _int8(w, scale_fn=lambda w: w.abs().amax(1, keepdim=True) / 127, rounding=to
     return rounding(w / scale).clamp(-127, 127).to(torch.int8), scale.squeeze(-1) if scale.dim() else scale
 
 
+def _nan_row(w):  # the row of zeros divided by 0: its NaN kept (in float, where int8 cannot hold it)
+    q = torch.round(w / (w.abs().amax(1, keepdim=True) / 127))
+    return (q if q.isnan().any() else q.to(torch.int8)), w.abs().amax(1) / 127
+
+
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
         (lambda w: _int8(w, lambda w: w.abs().max() / 127 * torch.ones(1)), "per-tensor"),
         (lambda w: _int8(w, lambda w: w.abs().max().expand(w.shape[0], 1) / 127), "per-tensor"),
-        (lambda w: _int8(w, lambda w: w.abs().amax(0, keepdim=True) / 127), "per column"),
-        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True)), "divide it by 127"),
-        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True) / 255), "not 255"),
-        (lambda w: _int8(w, lambda w: w.amax(1, keepdim=True) / 127), "absolute"),
+        (lambda w: _int8(w, lambda w: w.abs().amax(0, keepdim=True) / 127), "per-column"),
+        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True)), "no-127"),
+        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True) / 255), "by-255"),
+        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True) / 128), "by-128"),
+        (lambda w: _int8(w, lambda w: w.abs().amax(1, keepdim=True) / 100), "wrong-scale"),
+        (lambda w: (_int8(w)[0], _int8(w)[1][:-1]), "scale-count"),
+        (lambda w: ((_int8(w)[0].int() // 2).to(torch.int8), _int8(w)[1]), "other"),
+        (lambda w: _int8(w, lambda w: w.amax(1, keepdim=True) / 127), "not-absolute"),
         (lambda w: _int8(w, rounding=torch.trunc), "truncated"),
-        (lambda w: _int8(w, rounding=torch.floor), "rounded down"),
-        (lambda w: (_int8(w)[0].float(), _int8(w)[1]), "torch.int8"),
+        (lambda w: _int8(w, rounding=torch.floor), "floor"),
+        (lambda w: (_int8(w)[0].float(), _int8(w)[1]), "dtype"),
         (
             lambda w: (torch.round(w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8), w.abs().amax(1) / 127),
-            "row of zeros",
+            "non-positive-scale",  # the row of zeros got scale 0
         ),
-        (lambda w: _int8(w)[0], "Return two things"),
-        (raising(ZeroDivisionError("float division by zero")), "raised ZeroDivisionError"),
+        (_nan_row, "not-finite"),
+        (lambda w: _int8(w)[0], "not-a-pair"),
+        (raising(ZeroDivisionError("float division by zero")), "raised"),
         (
             lambda w: torch.quantize_per_channel(w, w.abs().amax(1) / 127, torch.zeros(w.shape[0]), 0, torch.qint8),
-            "by hand",
+            "by-hand",
         ),
     ],
 )
-def test_int8_rows_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_int8_rows(wrong), phrase)
+def test_int8_rows_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_int8_rows(wrong), mistake)
 
 
 def test_int8_rows_right_only_for_the_first_shape_fails_naming_another_input():
     """Per row on a (4, 6) weight, one scale for the whole matrix on every other."""
     wrong = lambda w: _int8(w) if w.shape == (4, 6) else _int8(w, lambda w: w.abs().max().expand(w.shape[0], 1) / 127)
-    rejected(ex.check_int8_rows(wrong), "per-tensor")
+    rejected_as(ex.check_int8_rows(wrong), "per-tensor")
 
 
 def test_int8_rows_a_zero_row_may_take_any_positive_scale():
@@ -241,32 +254,32 @@ def _slots(x, k):
 
 
 @pytest.mark.parametrize(
-    ("wrong", "phrase"),
+    ("wrong", "mistake"),
     [
-        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, 1) / x.shape[0]), "first choice"),
-        (lambda m, ids: _use(m, ids, lambda x, k: x.softmax(-1).mean(0)), "mean probability"),
-        (lambda m, ids: _use(m, ids, _slots), "Those are counts"),
-        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / x.shape[0]), "not of tokens"),
-        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / (x.shape[0] * k)).flip(0), "reverse order"),
-        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / (x.shape[0] * k), eval_mode=False), "eval mode"),
+        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, 1) / x.shape[0]), "first-choice"),
+        (lambda m, ids: _use(m, ids, lambda x, k: x.softmax(-1).mean(0)), "mean-probability"),
+        (lambda m, ids: _use(m, ids, _slots), "counts"),
+        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / x.shape[0]), "per-token"),
+        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / (x.shape[0] * k)).flip(0), "reversed-layers"),
+        (lambda m, ids: _use(m, ids, lambda x, k: _slots(x, k) / (x.shape[0] * k), eval_mode=False), "dropout"),
         (
             lambda m, ids: _use(m, torch.zeros_like(ids), lambda x, k: _slots(x, k) / (x.shape[0] * k)),
-            "on the ids you were given",
+            "other",
         ),
-        (lambda m, ids: tl.moe.expert_use(m, ids), "tl.moe.expert_use"),
-        (lambda m, ids: torch.full((3, 4), 0.25), "balanced ideal"),
-        (lambda m, ids: torch.full((2, 4), 0.25), "expected shape"),
-        (raising(TypeError("'NoneType' object is not iterable")), "raised TypeError on a model of 3 MoE layers"),
+        (lambda m, ids: tl.moe.expert_use(m, ids), "by-hand"),
+        (lambda m, ids: torch.full((3, 4), 0.25), "uniform"),
+        (lambda m, ids: torch.full((2, 4), 0.25), "shape"),
+        (raising(TypeError("'NoneType' object is not iterable")), "raised"),
     ],
 )
-def test_expert_use_mistakes_are_named(wrong, phrase):
-    rejected(ex.check_expert_use(wrong), phrase)
+def test_expert_use_mistakes_are_named(wrong, mistake):
+    rejected_as(ex.check_expert_use(wrong), mistake)
 
 
 def test_expert_use_right_only_for_top_2_fails_naming_the_top_1_model():
     """k = 2 written in: right on the first model (top-2), wrong on the second (top-1)."""
     wrong = lambda m, ids: _use(m, ids, lambda x, k: _slots(x, 2) / (x.shape[0] * 2))
-    rejected(ex.check_expert_use(wrong), "top-1")
+    rejected_as(ex.check_expert_use(wrong), "other")  # on the top-1 model
 
 
 def test_expert_use_a_typed_table_fails_on_the_checkers_own_models():
@@ -278,7 +291,7 @@ def test_expert_use_a_typed_table_fails_on_the_checkers_own_models():
             typed["table"] = _use(m, ids, lambda x, k: _slots(x, k) / (x.shape[0] * k))  # measured once, then replayed
         return typed["table"]
 
-    assert ex.check_expert_use(remember) != ex.CORRECT
+    rejected_as(ex.check_expert_use(remember), "shape")  # the second model has 2 layers, not 3
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _mutation import rejected
+from _mutation import rejected_as
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
@@ -18,7 +18,8 @@ def test_a_norm_that_divides_its_input_in_place_is_named():
         x /= x.pow(2).mean(-1, keepdim=True).add(eps).sqrt()
         return x * weight
 
-    rejected(ex.check_rms_norm(in_place), "changed its input in place (argument 1, a tensor)")
+    rejected_as(ex.check_rms_norm(in_place), "in-place")
+    assert "(argument 1, a tensor)" in ex.check_rms_norm(in_place)
 
     def out_of_place(x, weight, eps):
         return x / x.pow(2).mean(-1, keepdim=True).add(eps).sqrt() * weight
@@ -39,7 +40,8 @@ def test_a_merge_that_rewrites_the_callers_list_is_named():
         ids[:] = out  # the caller's list now holds the merged ids
         return ids
 
-    rejected(ex.check_merge(in_place), "changed its input in place (argument 1, a list)")
+    rejected_as(ex.check_merge(in_place), "in-place")
+    assert "(argument 1, a list)" in ex.check_merge(in_place)
 
 
 def test_a_merge_by_string_replacement_fails_on_multi_digit_ids():
@@ -47,7 +49,7 @@ def test_a_merge_by_string_replacement_fails_on_multi_digit_ids():
         text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
         return [int(t) for t in text.split()]
 
-    rejected(ex.check_merge(by_text), "ids=[12, 1, 2, 12, 21, 2, 1, 2]")
+    rejected_as(ex.check_merge(by_text), "digits")
 
 
 def test_a_measurement_that_ignores_the_generator_is_named():
@@ -55,7 +57,7 @@ def test_a_measurement_that_ignores_the_generator_is_named():
         tokens = torch.randn(500, d_model) * d_model**0.5
         return (tokens.norm(dim=-1).mean() / tl.sinusoidal_encoding(500, d_model).norm(dim=-1).mean()).item()
 
-    rejected(ex.check_scale_ratio(global_state), "the same seed gave two different numbers")
+    rejected_as(ex.check_scale_ratio(global_state), "seed-ignored")
 
 
 def test_a_model_whose_weights_the_answer_changes_is_named():
@@ -65,7 +67,7 @@ def test_a_model_whose_weights_the_answer_changes_is_named():
         return out
 
     feedback = ex.check_embed(zeroes_the_table)
-    rejected(feedback, "changed its input in place")
+    rejected_as(feedback, "in-place")
 
 
 def _rows(ids, table):
@@ -88,7 +90,7 @@ def _rows(ids, table):
     ],
 )
 def test_every_spelling_of_a_table_lookup_is_refused(lookup):
-    rejected(ex.check_embed(lookup), "asks you to write it by hand")
+    rejected_as(ex.check_embed(lookup), "by-hand")
 
 
 def test_a_one_hot_built_by_indexing_another_tensor_is_allowed():
@@ -105,7 +107,7 @@ def test_a_one_hot_built_by_indexing_another_tensor_is_allowed():
     ],
 )
 def test_every_spelling_of_the_library_layer_norm_is_refused(library):
-    rejected(ex.check_layer_norm(library), "asks you to write it by hand")
+    rejected_as(ex.check_layer_norm(library), "by-hand")
 
 
 @pytest.mark.parametrize(
@@ -116,7 +118,7 @@ def test_every_spelling_of_the_library_layer_norm_is_refused(library):
     ],
 )
 def test_every_spelling_of_the_fused_attention_is_refused(library):
-    rejected(ex.check_attention(library), "asks you to write it by hand")
+    rejected_as(ex.check_attention(library), "by-hand")
 
 
 @pytest.mark.parametrize(
@@ -129,7 +131,7 @@ def test_every_spelling_of_the_fused_attention_is_refused(library):
     ],
 )
 def test_counting_a_built_mask_is_refused_where_a_formula_is_asked(built):
-    rejected(ex.check_allowed_count(built), "asks you to write it by hand")
+    rejected_as(ex.check_allowed_count(built), "by-hand")
     assert ex.check_allowed_count(lambda n: n * (n + 1) // 2) == ex.CORRECT
 
 
@@ -138,7 +140,7 @@ def test_a_made_up_training_curve_is_named():
         floor = tl.smoothing_floor(V, eps)
         return [floor + (math.log(V) - floor) * math.exp(-t / 20) for t in range(steps)]
 
-    rejected(ex.check_floor_experiment(drawn), "a curve written from a formula is not a measurement")
+    rejected_as(ex.check_floor_experiment(drawn), "formula")
 
 
 def test_hints_accuse_no_mistake_that_was_not_made():
@@ -148,18 +150,18 @@ def test_hints_accuse_no_mistake_that_was_not_made():
         return (mask.sum().item() + 1) / mask.numel()
 
     feedback = ex.check_mask_fraction(reads_entries_wrongly)
-    assert feedback != ex.CORRECT and "formula" not in feedback
+    rejected_as(feedback, "other")  # not "formula"
 
     def formula(mask):
         n = mask.shape[0]
         return (n + 1) / (2 * n)
 
-    rejected(ex.check_mask_fraction(formula), "you used the formula")
+    rejected_as(ex.check_mask_fraction(formula), "formula")
 
     def tiny_gradient(d_k, scale, generator):
         return 1e-9
 
-    rejected(ex.check_scaling_gradient(tiny_gradient), "as good as zero")
+    rejected_as(ex.check_scaling_gradient(tiny_gradient), "no-gradient")
 
 
 def test_a_wrong_measurement_is_not_told_it_returned_a_number():
@@ -168,8 +170,7 @@ def test_a_wrong_measurement_is_not_told_it_returned_a_number():
     def measured_in_nats(logits, targets, temperature):  # a real measurement, in the wrong unit
         return torch.nn.functional.cross_entropy(logits / temperature, targets).item() * 1.01
 
-    feedback = ex.check_temperature_loss(measured_in_nats)
-    assert feedback != ex.CORRECT and "not return a number" not in feedback
+    rejected_as(ex.check_temperature_loss(measured_in_nats), "other")  # not "not-measured"
 
     def leak_times_two(model, tokens, position, new_token, causal):
         changed = tokens.clone()
@@ -179,5 +180,4 @@ def test_a_wrong_measurement_is_not_told_it_returned_a_number():
             a, b = (model.head(model.decoder(model.pos(model.embed(t)), tgt_mask=mask)) for t in (tokens, changed))
         return 2 * (b[:, :position] - a[:, :position]).abs().max().item() + 1e-3
 
-    feedback = ex.check_future_leak(leak_times_two)
-    assert feedback != ex.CORRECT and "not return a number" not in feedback
+    rejected_as(ex.check_future_leak(leak_times_two), "moved-under-mask")  # not "not-measured"
