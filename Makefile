@@ -83,10 +83,12 @@ $(NPM_STAMP): package.json package-lock.json
 	else echo "npm not found: the accessibility tests will be SKIPPED (apt-get install nodejs npm)"; fi
 
 # The playgrounds' files (book/playground/): onnxruntime-web from npm and the shipped models as ONNX, with
-# PyTorch's answers for the browser tests, in _build/playground (tools/build_playground.py). Without npm
+# PyTorch's answers for the browser tests, in _build/playground (tools/build_playground.py, one module per page
+# in tools/playground_build/, the pages' defaults from book/_static/playground/defaults.json). Without npm
 # the rest of the book builds and the playground is skipped loudly; under CI=true that is a failure.
 PLAYGROUND := _build/playground/models/meta.json
-$(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py transformer_lib/export.py $(wildcard transformer_lib/checkpoints/*.pt)
+$(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py $(wildcard tools/playground_build/*.py) \
+		book/_static/playground/defaults.json transformer_lib/export.py $(wildcard transformer_lib/checkpoints/*.pt)
 	$(call with_npm,THE PLAYGROUNDS,node_modules/onnxruntime-web/dist/ort.wasm.min.mjs,$(BIN)/python tools/build_playground.py)
 
 playground: $(PLAYGROUND)

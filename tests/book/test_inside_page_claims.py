@@ -9,7 +9,7 @@ import statistics
 import torch
 
 import transformer_lib as tl
-from build_playground import repeated_random
+from playground_build.inside import repeated_random
 from transformer_lib import recipes
 
 

@@ -19,7 +19,7 @@ import pytest
 import transformer_lib as tl
 
 from .checks import network_problems
-from .conftest import SITE, _missing
+from .conftest import ROOT, SITE, _missing
 
 pytestmark = pytest.mark.browser
 BUILT = SITE / "_static" / "playground"
@@ -443,6 +443,31 @@ def test_each_page_states_its_model_size(meta):
         stated = float(re.search(r"about ([\d.]+) MB", text).group(1))
         actual = meta[key]["bytes"] / 1e6
         assert abs(stated - actual) <= 0.1 * actual, f"{name}: the page says {stated} MB, the file is {actual:.2f}"
+
+
+def test_the_prose_quotes_pytorchs_answers_on_the_pages_defaults(expected):
+    """The numbers that the pages' prose computes from their starting inputs (book/_static/playground/defaults.json,
+    the inputs of expected.json): the default brackets' P(balanced), and on the inside page, how often layers 3 and 4
+    rank the verse's next character first and the range of the induction scores on the default seed's string."""
+    import re
+
+    def prose(name: str) -> str:
+        return re.sub(r"\s+", " ", (ROOT / "book" / "playground" / f"{name}.md").read_text(encoding="utf-8"))
+
+    defaults = json.loads((ROOT / "book" / "_static" / "playground" / "defaults.json").read_text(encoding="utf-8"))
+    text = defaults["brackets"]["brackets-text"]
+    assert f"`{text}` ({expected['bracket_classifier'][text]:.2f})" in prose("brackets")
+    verse, random = expected["inside"]["verse"], expected["inside"]["random"]
+    assert verse["text"] == defaults["inside"]["inside-text"] and random["seed"] == defaults["inside"]["inside-seed"]
+    T = len(verse["text"]) - 1  # the positions that have a next character
+    first = [sum(layer[t][0] == verse["text"][t + 1] for t in range(T)) for layer in verse["top"]]  # per layer
+    said = f"first at {first[2]} of {T} positions) and layer 4, the model itself, at {first[3]} of {T}."
+    assert said in prose("inside"), f"layers 3 and 4 rank the next character first at {first[2:]} of {T}"
+    scores = [s for layer in random["induction"] for s in layer]
+    assert (
+        f"On the random string with seed {random['seed']} every one of its {len(scores)} heads scores between "
+        f"{min(scores):.3f} and {max(scores):.3f}" in prose("inside")
+    )
 
 
 def test_int8_files_ship_only_where_every_answer_agreed_with_pytorch(meta):

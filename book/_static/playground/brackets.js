@@ -3,11 +3,11 @@
 // The model (models/bracket_classifier.onnx) is tl.EncoderClassifier, 3 layers, 8 heads:
 //   tokens (1, S) = <bos> then the brackets -> logits (1, 2), attention (L, h, S, S)
 // P(balanced) is the softmax of the two logits. The page opens on the head that, on held-out
-// strings, puts the most weight on each bracket's partner (tools/build_playground.py measures it).
+// strings, puts the most weight on each bracket's partner (tools/playground_build/brackets.py measures it).
 
 import {
-  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, softmax,
-  startPage,
+  clearResult, fillDefaults, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown,
+  softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -76,6 +76,7 @@ async function classify() {
 const run = () => guarded("brackets: classifying", $("brackets-status"), classify);
 
 async function main() {
+  await fillDefaults("brackets"); // the form's starting values, which the build's answers are for
   model = await loadModel("bracket_classifier", $("brackets-status"));
   const { layers, heads, partner } = model.info;
   fillSelect($("brackets-layer"), layers, partner.layer);

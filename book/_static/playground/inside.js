@@ -10,8 +10,8 @@
 // exactly as tl.inside.induction_scores does.
 
 import {
-  clearResult, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel, rows, showError, shown,
-  softmax, startPage, unknownCharacters,
+  clearResult, fillDefaults, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel, rows,
+  showError, shown, softmax, startPage, unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -40,7 +40,7 @@ function seedValue() {
 }
 
 // `block` characters of the vocabulary (no special token) drawn with the seeded generator, shown twice.
-// tools/build_playground.py's repeated_random draws the same string for the same seed.
+// tools/playground_build/inside.py's repeated_random draws the same string for the same seed.
 function repeatedRandom(info, seed, block) {
   const chars = info.itos.slice(info.specials.count);
   const random = generator(seed);
@@ -229,6 +229,7 @@ async function onRandom() {
 }
 
 async function main() {
+  await fillDefaults("inside"); // the form's starting values, which the build's answers are for
   model = await loadModel("inside", $("inside-status"));
   const { layers, heads } = model.info;
   fillSelect($("inside-layer"), layers, 0);

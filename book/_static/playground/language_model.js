@@ -14,8 +14,8 @@
 // numbers are not torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
 
 import {
-  argmax, firstAnswer, generator, guarded, idsTensor, loadModel, painted, showError, shown, softmax, startPage,
-  unknownCharacters,
+  argmax, fillDefaults, firstAnswer, generator, guarded, idsTensor, loadModel, painted, showError, shown, softmax,
+  startPage, unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -176,6 +176,7 @@ async function onSubmit(event) {
 }
 
 async function main() {
+  await fillDefaults("language_model"); // the form's starting values, which the build's answers are for
   model = await loadModel("shakespeare_char", $("lm-status"));
   for (const id of ["lm-temperature", "lm-topp"]) {
     const show = () => { $(`${id}-value`).textContent = $(id).value; };

@@ -8,8 +8,8 @@
 // zeroes fully masked rows, and the exported file keeps that.
 
 import {
-  clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown, startPage,
-  unknownCharacters,
+  clearResult, fillDefaults, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown,
+  startPage, unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -83,6 +83,7 @@ async function recompute() {
 const run = () => guarded("masks: recomputing the attention", $("masks-status"), recompute);
 
 async function main() {
+  await fillDefaults("masks"); // the form's starting values, which the build's answers are for
   model = await loadModel("masks", $("masks-status"));
   fillSelect($("masks-head"), model.info.heads, 0);
   for (const id of ["masks-text", "masks-pad", "masks-side", "masks-padding", "masks-causal", "masks-head"]) {

@@ -7,8 +7,8 @@
 // word, stop at <eos>. The ONNX file has no cache, so each step runs the whole decoder again.
 
 import {
-  argmax, clearResult, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, meanRows, painted, rows,
-  shown, showError, startPage,
+  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, meanRows,
+  painted, rows, showError, shown, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -106,6 +106,7 @@ async function onSubmit(event) {
 }
 
 async function main() {
+  await fillDefaults("numbers"); // the form's starting values, which the build's answers are for
   model = await loadModel("numbers_to_words", $("numbers-status"));
   fillSelect($("numbers-layer"), model.info.layers, model.info.layers - 1);
   fillSelect($("numbers-head"), model.info.heads, 0, "all (mean)");

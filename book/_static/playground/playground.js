@@ -3,8 +3,9 @@
 // Nothing here runs on a page by itself. A playground's own module imports it, and the runtime
 // (onnxruntime-web's ES module, then its 14 MB wasm) is imported the first time a model loads,
 // so no other page of the site ever fetches it. Everything comes from this site's own
-// _static/playground/: vendor/ (the runtime, copied from npm) and models/ (the ONNX files and
-// meta.json, both written by tools/build_playground.py). Nothing leaves the reader's browser.
+// _static/playground/: vendor/ (the runtime, copied from npm), models/ (the ONNX files and
+// meta.json, both written by tools/build_playground.py) and defaults.json (each page's form's starting
+// values, which the build reads too). Nothing leaves the reader's browser.
 
 const HERE = new URL("./", import.meta.url);
 
@@ -31,6 +32,34 @@ function loadMeta() {
     return r.json();
   });
   return meta;
+}
+
+let defaults = null;
+
+// defaults.json, next to this file: each page's form's starting values, by field id. tools/build_playground.py
+// records PyTorch's answers on the same values, so a page opens on the inputs whose answers the tests know.
+function loadDefaults() {
+  defaults ??= fetch(new URL("defaults.json", HERE)).then((r) => {
+    if (!r.ok) throw new Error(`defaults.json answered ${r.status}`);
+    return r.json();
+  });
+  return defaults;
+}
+
+// Give page `page`'s form its starting values from defaults.json (the page's HTML has none of its own). Each is
+// set as the field's default (its value attribute, a textarea's text, a checkbox's checked, an option's selected),
+// which a field the reader has not touched yet shows at once, and to which the form's reset returns.
+export async function fillDefaults(page) {
+  const values = (await loadDefaults())[page];
+  if (values === undefined) throw new Error(`defaults.json has no page "${page}"`);
+  for (const [id, value] of Object.entries(values)) {
+    const field = document.getElementById(id);
+    if (field === null) throw new Error(`defaults.json names the field "${id}", which the page lacks`);
+    if (field.type === "checkbox") field.defaultChecked = value === true;
+    else if (field instanceof HTMLSelectElement) {
+      for (const option of field.options) option.defaultSelected = option.value === String(value);
+    } else field.defaultValue = String(value);
+  }
 }
 
 const megabytes = (bytes) => `${(bytes / 1e6).toFixed(2)} MB`;
@@ -250,7 +279,7 @@ export function fillSelect(select, n, chosen = 0, extra = null) {
 }
 
 // A small seeded generator (mulberry32): seed (a whole number, 0 to 2^32 - 1) -> a function giving numbers in
-// [0, 1). tools/build_playground.py has a copy, number for number, to draw what the pages draw.
+// [0, 1). tools/playground_build/inside.py has a copy, number for number, to draw what the pages draw.
 export function generator(seed) {
   let a = seed >>> 0;
   return () => {

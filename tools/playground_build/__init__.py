@@ -1,0 +1,13 @@
+"""The playgrounds' build, one module per page and its model (tools/build_playground.py runs them in turn).
+
+    common            the pages' defaults (book/_static/playground/defaults.json), the check of every ONNX file
+                      against PyTorch, the int8 trial
+    numbers_to_words  the numbers page: the encoder-decoder
+    language_model    the language-model page: the Shakespeare character model as a step model with a KV cache
+    masks             the masks page: that model's first attention layer, the mask as an input
+    brackets          the brackets page: the bracket classifier and its head that tracks partners
+    inside            the inside page: that model's logit lens and every layer's attention
+
+Each model's module has a `build(models)` that writes its ONNX file into the folder `models` and returns its entry
+of meta.json and of expected.json (the brackets' also the int8 file's own answers, or None).
+"""

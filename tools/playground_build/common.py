@@ -1,0 +1,136 @@
+"""What the playgrounds' models share as they are built: the pages' defaults, the check against PyTorch, int8.
+
+The pages' defaults: book/_static/playground/defaults.json holds, page by page, the value each field of the page's
+form starts with, by the field's id ({"numbers": {"numbers-input": "4021"}, ...}). The page's JavaScript gives its
+form those values when it loads (playground.js's fillDefaults; the file is served next to it), and each model's
+module reads them here (page_defaults) for the inputs whose answers it records, so the answers that the browser
+tests ask the pages for are those of the inputs the pages open with.
+
+Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out (check_session,
+export_checked). The models come from the shipped checkpoints, so the files are build outputs and stay out of git.
+
+Each model is also tried in int8 (quantize_int8: onnxruntime's own MatMulNBitsQuantizer, weight-only,
+which onnxruntime-web's wasm backend runs). The int8 file ships in place of the fp32 one only when
+every answer it gives on AGREEMENT fixed inputs (for the brackets, every held-out string too) is
+PyTorch fp32's: the same words, the same greedy text, the same verdict, the same top three; the same
+numbers at two decimals where the page or its prose quotes them. Otherwise the fp32 file ships (try_int8).
+meta.json records for each model the two sizes, the count of answers that agree, the rule and which
+file shipped; expected.json also holds the shipped int8 files' own numbers (onnxruntime in Python),
+which the pages must give.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+from transformer_lib.export import export_onnx, with_attention
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"  # each page's form's starting values
+TOLERANCE = 1e-5  # onnxruntime against PyTorch, on every output: |got - expected| <= 1e-5 (1 + |expected|)
+AGREEMENT = 50  # fixed inputs per model for the int8 trial (the browser tests' own first, then seeded or corpus ones)
+INT8_BLOCK = 32  # weights per int8 scale, along the input: finer than one per channel and as small on disk
+
+
+def page_defaults(page: str) -> dict:
+    """Page `page`'s form's starting values, by field id, from DEFAULTS: page_defaults("brackets") is
+    {"brackets-text": "[[()]]"}. The page's JavaScript sets its form from the same entry."""
+    pages = json.loads(DEFAULTS.read_text(encoding="utf-8"))
+    if page not in pages:
+        raise SystemExit(f"{DEFAULTS.relative_to(ROOT)} has no page {page!r}")
+    return pages[page]
+
+
+def specials(tok) -> dict[str, int]:
+    """The tokenizer's special tokens as the pages read them from meta.json: each one's id by name, and
+    `count`, the number of ids before the vocabulary's own tokens: {"pad": 0, "bos": 1, "eos": 2, "unk": 3, "count": 4}.
+
+    All of it comes from the tokenizer itself: its `<name>_id` attributes (tok.pad_id, ...), checked against
+    its itos, and the ids its `tokens` drops as specials. So no page hard-codes an id."""
+    ids = {a.removesuffix("_id"): getattr(tok, a) for a in dir(tok) if a.endswith("_id") and not a.startswith("_")}
+    wrong = [f"{name}_id = {i}" for name, i in ids.items() if not isinstance(i, int) or tok.itos[i] != f"<{name}>"]
+    count = len(tok.itos) - len(tok.tokens(range(len(tok.itos)), stop_at_eos=False))  # what `tokens` drops
+    if wrong or sorted(ids.values()) != list(range(count)):
+        raise SystemExit(f"{type(tok).__name__}: its specials are not its first {count} ids ({wrong or ids})")
+    return {**ids, "count": count}
+
+
+def check_session(
+    name: str, session: ort.InferenceSession, inputs: tuple[torch.Tensor, ...], expected, tolerance=TOLERANCE
+) -> float:
+    """Run `session` on `inputs`; fail unless every output is within `tolerance` of PyTorch's `expected`
+    (relative to the value's size, for logits of 10 or more; None: only measure, as for an int8 file).
+    Returns the largest absolute difference."""
+    feeds = {spec.name: x.numpy() for spec, x in zip(session.get_inputs(), inputs)}
+    got = session.run(None, feeds)
+    for g, e in zip(got, expected):
+        worst = float((np.abs(g - e.numpy()) / (1 + np.abs(e.numpy()))).max())
+        if tolerance is not None and worst > tolerance:
+            raise SystemExit(
+                f"{name}: onnxruntime differs from PyTorch by {worst:.1e} (relative), more than {TOLERANCE:.0e}"
+            )
+    return max(float(np.abs(g - e.numpy()).max()) for g, e in zip(got, expected))
+
+
+def export_checked(model, path: Path, inputs: tuple[torch.Tensor, ...]) -> float:
+    """Export `model` to `path` (transformer_lib.export.export_onnx) and check it on `inputs` against PyTorch,
+    attention weights included (check_session). Returns the largest absolute difference."""
+    export_onnx(model, path)
+    with torch.no_grad():
+        expected = with_attention(model)(*inputs)
+    return check_session(path.stem, ort.InferenceSession(str(path)), inputs, expected)
+
+
+def quantize_int8(path: Path) -> Path:
+    """Write `path` with its MatMul weights in int8 to <stem>.int8.onnx; return that path.
+
+    onnxruntime's MatMulNBitsQuantizer with 8 bits: symmetric, one fp32 scale per INT8_BLOCK weights along the
+    input, computed in fp32 (accuracy_level 1), so only the weights are rounded, not the activations. The
+    embeddings (Gather) stay fp32. Its MatMulNBits operator runs in onnxruntime-web's wasm backend."""
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # it logs every node at INFO
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(path),
+        bits=8,
+        block_size=INT8_BLOCK,
+        is_symmetric=True,
+        accuracy_level=1,
+        op_types_to_quantize=("MatMul",),
+    )
+    quantizer.process()
+    out = path.with_name(f"{path.stem}.int8.onnx")
+    quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
+    return out
+
+
+def try_int8(path: Path, rule: str, inputs: list, reference: list, answer) -> tuple[Path, dict]:
+    """Quantize `path` (quantize_int8) and ask the int8 file `answer(session, x)` for every input; it ships when all
+    its answers equal PyTorch fp32's `reference`, else the fp32 file does. The other file is deleted.
+    Returns (the shipped file, the trial for meta.json: sizes, answers that agree out of how many, rule, shipped)."""
+    int8 = quantize_int8(path)
+    session = ort.InferenceSession(str(int8))
+    agree = sum(answer(session, x) == r for x, r in zip(inputs, reference, strict=True))
+    ship = agree == len(inputs)
+    trial = {
+        "fp32_bytes": path.stat().st_size,
+        "int8_bytes": int8.stat().st_size,
+        "agree": agree,
+        "inputs": len(inputs),
+        "rule": rule,
+        "shipped": "int8" if ship else "fp32",
+    }
+    (path if ship else int8).unlink()
+    return (int8 if ship else path), trial
+
+
+def corpus_texts(val: torch.Tensor, count: int, length: int) -> list[list[int]]:
+    """`count` pieces of `length` token ids, evenly spaced through the validation text `val` (M,): the int8
+    trial's inputs beyond the browser tests' own."""
+    return [val[int(s) : int(s) + length].tolist() for s in np.linspace(0, len(val) - length - 1, count)]
