@@ -104,7 +104,7 @@ def _nbgrader_check(ns, calls):
             if getattr(type(obj), "__module__", "") == "__main__":  # an instance of a notebook's class
                 return True
             filename = getattr(code(obj), "co_filename", "") if isinstance(obj, types.FunctionType) else ""
-            if "ipykernel_" in filename or filename.startswith("<"):
+            if "ipykernel_" in filename or filename.startswith("<") and not filename.startswith("<frozen "):
                 return True
             inner = [getattr(obj, name, None) for name in ("__wrapped__", "__func__", "func")]
             return any(x is not obj and notebook_made(x, depth + 1) for x in inner if callable(x))
@@ -122,6 +122,8 @@ def _nbgrader_check(ns, calls):
 
     def spaces():
         modules = ["builtins", "math", "operator", "torch", "torch.nn.functional", "torch.linalg", "numpy"]
+        # and what this check itself calls: a notebook that swaps importlib.import_module could hand it fake checkers
+        modules += ["importlib", "importlib.util", "json", "os", "posixpath", "types", "uuid"]
         found = [(m, vars(sys.modules[m])) for m in modules if m in sys.modules]
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -138,8 +140,11 @@ def _nbgrader_check(ns, calls):
             filter(None, (getattr(f, "find_spec", lambda *a: None)("transformer_lib", None) for f in sys.meta_path))
         )
         private = started.get("PYTHONPATH", "").split(os.pathsep)[0] if started.get("TL_GRADING_REFERENCE") else ""
-        location = os.path.realpath(spec.origin or "")
-        if private and not location.startswith(os.path.realpath(private) + os.sep):
+        # the package's file and every folder its modules come from: all inside the grader's copy
+        places = [os.path.realpath(p) for p in [spec.origin or "", *(spec.submodule_search_locations or [])]]
+        outside = [p for p in places if not p.startswith(os.path.realpath(private) + os.sep)]
+        if private and outside:
+            location = outside[0]
             raise AssertionError(
                 f"{TAMPERED}: this notebook made Python find transformer_lib at {location}, not the grader's copy. The "
                 "exercise gets no points and the submission is flagged for the instructor."
@@ -201,6 +206,9 @@ def _nbgrader_check(ns, calls):
         # os.environ only where the kernel started without one (the check called directly, outside a grading run)
         path = started.get("TL_GRADING_REFERENCE") or os.environ.get("TL_GRADING_REFERENCE", "")
         signatures = json.load(open(path)) if path and os.path.exists(path) else {}
+        # finders and path hooks of the notebook's own: they could serve a fake package under the grader's names
+        for label, hooks in (("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks)):
+            found += [f"{label} (with notebook code)" for hook in list(hooks) if notebook_made(hook)]
         for label, space in spaces():
             for attr, obj in list(space.items()):
                 where = f"{label}.{attr}"

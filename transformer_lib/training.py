@@ -296,7 +296,7 @@ def expect(what: str, value: float, band: tuple[float, float], *, laptop: str, c
     if not low <= high:
         raise ValueError(f"band must be (low, high) with low <= high, got {band!r}")
     value = float(value)
-    print(f"{what}: {value:.3g} (expected {low:g} to {high:g}; this run takes about {laptop} on a laptop CPU)")
+    print(f"{what}: {value:.3g} (expected {low:g} to {high:g}; training takes about {laptop} on a laptop CPU)")
     if not low <= value <= high:  # NaN falls outside too
         raise AssertionError(
             f"{what} is {value:.4g}, outside the band {low:g} to {high:g} that this run reaches. Check {check}."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -388,3 +389,36 @@ def test_the_hidden_check_reads_the_environment_the_kernel_started_with(tmp_path
     ).stdout
     assert "TAMPERED: this notebook made Python find transformer_lib at" in out, out
     assert str(tmp_path / "fake") in out
+
+
+def test_the_hidden_check_flags_a_swapped_import_system(tmp_path, monkeypatch):
+    """What the check itself calls is watched too: an importlib.import_module that hands the grader's second import
+    fake checkers, or a finder of the notebook's own on sys.meta_path, is TAMPERED."""
+    import importlib
+    import json
+    import types
+
+    import transformer_lib as tl
+
+    space = {}
+    exec(grading._GUARD, space)
+    check = space["_nbgrader_check"]
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(check(None, None)))
+    monkeypatch.setenv("TL_GRADING_REFERENCE", str(reference))
+    notebook = {"tl": tl, "answer": lambda size: tl.causal_mask(size)}  # wrong: the allowed mask, not the blocked one
+    calls = [("check_future_mask", ["answer"], {})]
+    with pytest.raises(AssertionError, match="the allowed mask"):
+        check(notebook, calls)  # graded, and wrong
+    fake = types.ModuleType("fake")
+    fake.check_future_mask = lambda *args: "Correct!"
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: fake if "_run_" in name else real(name, *a))
+    with pytest.raises(AssertionError, match=r"TAMPERED: this notebook replaced importlib\.import_module"):
+        check(notebook, calls)
+    monkeypatch.setattr(importlib, "import_module", real)
+    finder = {"__name__": "__main__"}  # a class written in a notebook cell
+    exec(compile("class Finder:\n    def find_spec(self, *args):\n        return None\n", "<cell>", "exec"), finder)
+    monkeypatch.setattr(sys, "meta_path", [finder["Finder"](), *sys.meta_path])
+    with pytest.raises(AssertionError, match=r"TAMPERED: this notebook replaced sys\.meta_path"):
+        check(notebook, calls)
