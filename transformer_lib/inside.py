@@ -13,7 +13,8 @@ keyed by the layer's module name (``"decoder.layers.0"``):
 Nothing computes the forward pass a second time: the values are what the model's own modules
 received and returned. `head_contributions` turns "heads" into what each head writes into the
 residual stream (they sum, with out_proj's bias, to "out"). `intervene` changes the same points
-during a forward pass: ablate a head, patch a head, a position or a whole layer from another run.
+during a forward pass: ablate a head, patch a head, a position or a whole layer from another run;
+`patching_effect` patches site after site over a batch of clean/corrupted pairs, in either direction.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "zero_heads",
     "mean_heads",
     "patch",
+    "patching_effect",
     "head_circuits",
     "composition_score",
     "ov_copying",
@@ -379,3 +381,57 @@ def patch(source: torch.Tensor, positions: int | Sequence[int] | None = None, he
         return out
 
     return edit
+
+
+_Site = str | tuple  # a hook point, or (hook point, positions) or (hook point, positions, heads), as `patch` takes them
+
+
+def patching_effect(
+    model: nn.Module,
+    clean: torch.Tensor | Sequence[torch.Tensor],
+    corrupt: torch.Tensor | Sequence[torch.Tensor],
+    sites: Sequence[_Site],
+    metric: Callable[[torch.Tensor], torch.Tensor],
+    direction: str = "denoise",
+) -> torch.Tensor:
+    """Activation patching over B clean/corrupted pairs, site by site: the share of the difference moved -> (S, B).
+
+    clean, corrupt: the model's inputs, a tensor or a tuple of tensors (``(src, tgt)``), row b of one
+    paired with row b of the other. sites: S hook points, each a name, ``(name, positions)`` or
+    ``(name, positions, heads)``, patched as `patch` does. metric: the model's output -> (B,), e.g. a
+    logit difference. With m_clean and m_corrupt the metric of the two runs without a patch:
+
+    - ``"denoise"``: run the corrupted input with the site's clean activation patched in; the share
+      is (m_patched - m_corrupt) / (m_clean - m_corrupt): 1 when the site alone restores the clean
+      metric (it is sufficient), 0 when it restores nothing.
+    - ``"noise"``: run the clean input with the site's corrupted activation patched in; the share is
+      (m_clean - m_patched) / (m_clean - m_corrupt): 1 when the site alone breaks it (it is
+      necessary), 0 when the clean run does not notice.
+
+    One forward pass per site for the whole batch; every pair's metric must differ between the runs.
+    """
+    if direction not in ("denoise", "noise"):
+        raise ValueError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (corrupted into clean), "
+                         f"got {direction!r}")  # fmt: skip
+    clean = (clean,) if isinstance(clean, torch.Tensor) else tuple(clean)
+    corrupt = (corrupt,) if isinstance(corrupt, torch.Tensor) else tuple(corrupt)
+    if [tuple(x.shape) for x in clean] != [tuple(x.shape) for x in corrupt]:
+        raise ValueError(f"clean and corrupted inputs must pair row by row with the same shapes, got "
+                         f"{[tuple(x.shape) for x in clean]} and {[tuple(x.shape) for x in corrupt]}")  # fmt: skip
+    parsed = [(site, None, None) if isinstance(site, str) else (*site, None, None)[:3] for site in sites]
+    names = sorted({name for name, _, _ in parsed})
+    clean_out, clean_cache = run_with_cache(model, *clean, names=names)
+    corrupt_out, corrupt_cache = run_with_cache(model, *corrupt, names=names)
+    m_clean, m_corrupt = metric(clean_out), metric(corrupt_out)  # (B,) each
+    difference = m_clean - m_corrupt  # (B,)
+    if difference.dim() != 1 or (difference.abs() < 1e-6).any():
+        raise ValueError(f"metric must give one number per pair (B,), different in the clean and the corrupted run; "
+                         f"got shape {tuple(difference.shape)}, smallest difference "
+                         f"{difference.abs().min().item():.2g}")  # fmt: skip
+    source, run = (clean_cache, corrupt) if direction == "denoise" else (corrupt_cache, clean)
+    shares = []
+    for name, positions, heads in parsed:
+        with intervene(model, {name: patch(source[name], positions, heads)}), torch.no_grad():
+            m = metric(model(*run))  # (B,)
+        shares.append((m - m_corrupt) / difference if direction == "denoise" else (m_clean - m) / difference)
+    return torch.stack(shares)  # (S, B)

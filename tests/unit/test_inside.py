@@ -298,3 +298,82 @@ def test_ov_copying_tells_a_copying_head_from_a_suppressing_one():
     share, hits = inside.ov_copying(model, 0)
     torch.testing.assert_close(share, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(hits, torch.tensor([1.0, 0.0]))
+
+
+def test_patching_effect_equals_a_hand_computation_with_plain_hooks_in_both_directions():
+    torch.manual_seed(0)
+    model = tl.Transformer(vocab_size=12, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0).eval()
+    g = torch.Generator().manual_seed(3)
+    clean = torch.randint(1, 12, (6, 5), generator=g)  # (B, S)
+    corrupt = clean.clone()
+    corrupt[:, 1] = clean[:, 1] % 11 + 1  # one source token changed in every row, never to itself
+    tgt = torch.randint(1, 12, (6, 3), generator=g)  # (B, T): the same decoder input in both runs
+    metric = lambda out: out[:, -1, 3] - out[:, -1, 4]  # noqa: E731  (B, T, V) -> (B,)
+    sites = [("encoder.layers.0.resid_post", 1), ("decoder.layers.1.cross_attn.heads", 2, 1)]
+    denoise = inside.patching_effect(model, (clean, tgt), (corrupt, tgt), sites, metric)
+    noise = inside.patching_effect(model, (clean, tgt), (corrupt, tgt), sites, metric, direction="noise")
+    assert denoise.shape == noise.shape == (2, 6)
+
+    # by hand: plain PyTorch hooks record one run's activation and write it into the other's
+    enc, out_proj = model.encoder.layers[0], model.decoder.layers[1].cross_attn.out_proj
+    d_k = 8  # 16 / 2 heads: head 1 is columns 8..15 of what out_proj reads
+
+    def put_enc(saved):
+        def hook(module, args, out):
+            out = out.clone()
+            out[:, 1] = saved["enc"][:, 1]  # encoder position 1
+            return out
+
+        return hook
+
+    def put_head(saved):
+        def hook(module, args):
+            x = args[0].clone()  # (B, T, h * d_k)
+            x[:, 2, d_k:] = saved["heads"][:, 2, d_k:]  # decoder position 2, head 1
+            return (x,)
+
+        return hook
+
+    def patched(run, source):  # -> (2, B): the metric with each site patched from `source` into `run`
+        saved = {}
+        grab_enc = enc.register_forward_hook(lambda m, a, out: saved.setdefault("enc", out.clone()))
+        grab_head = out_proj.register_forward_pre_hook(lambda m, args: saved.setdefault("heads", args[0].clone()))
+        with torch.no_grad():
+            model(source, tgt)
+            grab_enc.remove()
+            grab_head.remove()
+            rows = []
+            for register in (lambda: enc.register_forward_hook(put_enc(saved)),
+                             lambda: out_proj.register_forward_pre_hook(put_head(saved))):  # fmt: skip
+                handle = register()  # one site at a time
+                rows.append(metric(model(run, tgt)))
+                handle.remove()
+        return torch.stack(rows)
+
+    with torch.no_grad():
+        m_clean, m_corrupt = metric(model(clean, tgt)), metric(model(corrupt, tgt))
+    torch.testing.assert_close(denoise, (patched(corrupt, clean) - m_corrupt) / (m_clean - m_corrupt))
+    torch.testing.assert_close(noise, (m_clean - patched(clean, corrupt)) / (m_clean - m_corrupt))
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "every hook is removed"
+
+
+def test_patching_effect_is_one_where_the_whole_difference_passes_and_zero_where_none_does():
+    model = _lm()
+    clean = _tokens(B=4, T=9, seed=1)
+    corrupt = clean.clone()
+    corrupt[:, 4] = (clean[:, 4] + 7) % 50  # the pairs differ at position 4 only
+    metric = lambda logits: logits[:, -1, 0] - logits[:, -1, 1]  # noqa: E731
+    sites = [("decoder.layers.0.resid_pre", [4]), ("decoder.layers.0.resid_pre", [0, 1, 2, 3, 5, 6, 7, 8]),
+             "decoder.layers.1.resid_post", ("decoder.layers.1.resid_post", [3])]  # fmt: skip
+    for direction in ("denoise", "noise"):
+        shares = inside.patching_effect(model, clean, corrupt, sites, metric, direction=direction)  # (4, 4)
+        torch.testing.assert_close(shares[0], torch.ones(4))  # the changed token's embedding: all of it
+        torch.testing.assert_close(shares[1], torch.zeros(4))  # the same embeddings in both runs: nothing
+        torch.testing.assert_close(shares[2], torch.ones(4))  # the last stream at every position: all of it
+        torch.testing.assert_close(shares[3], torch.zeros(4))  # before the change, the streams are the same
+    with pytest.raises(ValueError, match="direction must be 'denoise'"):
+        inside.patching_effect(model, clean, corrupt, sites, metric, direction="both")
+    with pytest.raises(ValueError, match="different in the clean and the corrupted run"):
+        inside.patching_effect(model, clean, clean, sites, metric)
+    with pytest.raises(ValueError, match="pair row by row"):
+        inside.patching_effect(model, clean, corrupt[:3], sites, metric)

@@ -265,3 +265,40 @@ def test_grid_writes_every_value_in_its_cell_and_checks_the_labels():
     assert viz.plot_grid(values, ["a", "b"], ["x", "y", "z"], ax=ax2) is f2
     with pytest.raises(ValueError, match=r"shape \(2, 3\) but there are 3 row and 3 column labels"):
         viz.plot_grid(values, ["a", "b", "c"], ["x", "y", "z"])
+
+
+def test_intervals_mark_each_rows_mean_and_draw_its_spread_between_the_quantiles():
+    a = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0, 1.0]])  # (R, N): 2 rows of 5 samples
+    b = torch.tensor([[10.0, 10.0, 10.0, 10.0, 20.0], [-1.0, 0.0, 1.0, 2.0, 3.0]])
+    fig = viz.plot_intervals({"a": a, "b": b}, ["row 1", "row 2"], quantiles=(0.25, 0.75), lines=(0.0, 1.0))
+    ax = fig.axes[0]
+    marks = [line for line in ax.get_lines() if line.get_label().startswith(("a:", "b:"))]
+    assert [list(m.get_xdata()) for m in marks] == [[2.0, 1.0], [12.0, 1.0]]  # the means
+    assert marks[0].get_label() == "a: mean, 25% to 75% of samples"
+    bars = [c for c in ax.collections if c.get_segments()]
+    assert [[(s[0][0], s[1][0]) for s in bar.get_segments()] for bar in bars] == [[(1.0, 3.0), (1.0, 1.0)],
+                                                                              [(10.0, 10.0), (0.0, 2.0)]]  # fmt: skip
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["row 1", "row 2"] and ax.get_ylim()[0] > ax.get_ylim()[1]
+    assert sum(1 for line in ax.get_lines() if list(line.get_xdata()) in ([0.0, 0.0], [1.0, 1.0])) == 2
+    f2, ax2 = plt.subplots()
+    assert viz.plot_intervals({"a": a}, ["x", "y"], ax=ax2) is f2
+    with pytest.raises(ValueError, match=r"has shape \(2, 5\); expected \(3, N >= 1\)"):
+        viz.plot_intervals({"a": a}, ["x", "y", "z"])
+    with pytest.raises(ValueError, match="quantiles must be"):
+        viz.plot_intervals({"a": a}, ["x", "y"], quantiles=(0.9, 0.1))
+
+
+def test_seeds_draw_a_dot_per_seed_the_mean_and_the_range_of_each_run():
+    fig = viz.plot_seeds({"dense": [2.0, 2.2, 2.1], "moe": [1.9, 1.95]}, xlabel="bits", lines=(2.5,))
+    ax = fig.axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [list(d.get_xdata()) for d in dots] == [[2.0, 2.2, 2.1], [1.9, 1.95]]
+    means = [line for line in ax.get_lines() if line.get_marker() != "o" and len(set(line.get_xdata())) == 1]
+    assert [round(m.get_xdata()[0], 6) for m in means] == [2.5, 2.1, 1.925]  # the line at 2.5, then the means
+    ranges = [c.get_segments()[0] for c in ax.collections]
+    assert [(s[0][0], s[1][0]) for s in ranges] == [(2.0, 2.2), (1.9, 1.95)]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["dense", "moe"] and ax.get_xlabel() == "bits"
+    f2, ax2 = plt.subplots()
+    assert viz.plot_seeds({"a": [1.0]}, ax=ax2) is f2
+    with pytest.raises(ValueError, match="at least one number"):
+        viz.plot_seeds({"a": []})

@@ -25,6 +25,8 @@ __all__ = [
     "plot_distribution",
     "plot_tokens",
     "plot_grid",
+    "plot_intervals",
+    "plot_seeds",
 ]
 
 
@@ -351,4 +353,78 @@ def plot_grid(
     if title:
         ax.set_title(title)
     fig.colorbar(image, ax=ax, shrink=0.8)
+    return fig
+
+
+def plot_intervals(
+    samples: dict[str, torch.Tensor],
+    rows: Sequence[str],
+    ax=None,
+    quantiles: tuple[float, float] = (0.1, 0.9),
+    title: str | None = None,
+    xlabel: str = "",
+    lines: Sequence[float] = (),
+) -> Figure:
+    """Each row's mean (a marker) and spread (a bar between two quantiles) of its N samples, one colour per series.
+
+    samples: series name -> (R, N), e.g. "denoising" -> one patching result per site and pair; rows
+    labels the R rows, top to bottom. lines: x values marked with thin vertical lines (0 and 1, say).
+    """
+    low, high = quantiles
+    if not 0.0 <= low < high <= 1.0:
+        raise ValueError(f"quantiles must be (low, high) with 0 <= low < high <= 1, got {quantiles}")
+    series = {name: _as_2d(values, f"samples[{name!r}]") for name, values in samples.items()}  # each (R, N)
+    for name, values in series.items():
+        if values.shape[0] != len(rows) or values.shape[1] == 0:
+            raise ValueError(f"samples[{name!r}] has shape {tuple(values.shape)}; expected ({len(rows)}, N >= 1): "
+                             f"one row of samples per row label")  # fmt: skip
+    fig, ax = _axes(ax, (6.0, 0.3 * len(rows) * max(1, len(series)) ** 0.5 + 1.2))
+    for x in lines:
+        ax.axvline(x, color="#bbbbbb", linewidth=0.8, zorder=0)
+    at = torch.arange(len(rows)).float()  # (R,)
+    step = 0.6 / max(1, len(series))  # the series of one row side by side, within 0.6 of a row
+    markers = "os^Dv<>"
+    for i, (name, values) in enumerate(series.items()):
+        y = at + (i - (len(series) - 1) / 2) * step  # (R,)
+        ends = values.quantile(torch.tensor([low, high]), dim=1)  # (2, R)
+        mean = values.mean(1)  # (R,)
+        ax.hlines(y.numpy(), ends[0].numpy(), ends[1].numpy(), color=f"C{i}", linewidth=2.0)
+        ax.plot(mean.numpy(), y.numpy(), markers[i % len(markers)], color=f"C{i}", markersize=5, linestyle="none",
+                label=f"{name}: mean, {low:.0%} to {high:.0%} of samples")  # fmt: skip
+    ax.set_yticks(at.tolist(), list(rows))
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+    ax.set(xlabel=xlabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_seeds(
+    values: dict[str, Sequence[float]],
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "",
+    lines: Sequence[float] = (),
+) -> Figure:
+    """One row per run, top to bottom: a dot per seed, the mean as a tick and the range (lowest to highest) as a bar.
+
+    values: run name -> its result at each seed (a few numbers, e.g. bits per character at seeds 0, 1, 2).
+    lines: x values marked with thin vertical lines (a baseline, say).
+    """
+    if not values or any(len(v) == 0 for v in values.values()):
+        raise ValueError(f"values must map each run to at least one number, got {dict(values)}")
+    rows = {name: torch.as_tensor(list(v), dtype=torch.float64) for name, v in values.items()}  # each (N,)
+    fig, ax = _axes(ax, (6.0, 0.45 * len(rows) + 1.2))
+    for x in lines:
+        ax.axvline(x, color="#bbbbbb", linewidth=0.8, zorder=0)
+    for i, v in enumerate(rows.values()):
+        ax.hlines(i, v.min().item(), v.max().item(), color=f"C{i}", linewidth=2.0, alpha=0.5)
+        ax.plot(v.tolist(), [i] * len(v), "o", color=f"C{i}", markersize=5, linestyle="none")
+        ax.plot([v.mean().item()] * 2, [i - 0.25, i + 0.25], color=f"C{i}", linewidth=1.5)
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first run on top
+    ax.set(xlabel=xlabel)
+    if title:
+        ax.set_title(title)
     return fig
