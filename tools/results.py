@@ -44,13 +44,19 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def machine() -> str:
-    """CPU model, cores, memory, Python and torch, in one line."""
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M)
         cpu = found.group(1).strip() if found else cpu
+    return cpu
+
+
+def machine() -> str:
+    """CPU model, cores, memory, Python and torch, in one line."""
+    cpu = cpu_name()
     memory = ""
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():

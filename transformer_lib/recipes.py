@@ -62,6 +62,13 @@ __all__ = [
     "induction_lm",
     "induction_test",
     "RECIPES",
+    "SEEDS",
+    "SEED_RUN_STEPS",
+    "LORA_RANKS",
+    "SEED_RUNS",
+    "SEED_RUN_METRICS",
+    "seed_runs_path",
+    "load_seed_runs",
 ]
 
 
@@ -248,16 +255,22 @@ def busiest_expert_shares(model: nn.Module, ids: torch.Tensor, windows: int = 16
 
 
 def _shakespeare(
-    level: str, steps: int | None = None, progress: bool = False, block: str = "gpt", balance: float = MOE_BALANCE
+    level: str,
+    steps: int | None = None,
+    progress: bool = False,
+    block: str = "gpt",
+    balance: float = MOE_BALANCE,
+    seed: int = 0,
 ) -> tuple[nn.Module, History, dict]:
     """A Shakespeare language model at one level: 3000 AdamW steps of 32 windows of 128 tokens.
 
     The "moe" block adds `balance` times the load-balancing loss to the language-model loss, and its
-    evaluations also record each layer's busiest expert share on the held-out play.
+    evaluations also record each layer's busiest expert share on the held-out play. `seed` picks the
+    initial weights, the windows drawn and dropout's masks together; the shipped checkpoints use seed 0.
     """
     tok, train_ids, valid_ids = shakespeare_data(level)
-    model = shakespeare_lm(tok.vocab_size, block=block)
-    rng = torch.Generator().manual_seed(0)  # the windows drawn
+    model = shakespeare_lm(tok.vocab_size, seed=seed, block=block)
+    rng = torch.Generator().manual_seed(seed)  # the windows drawn
     batches = lm_batches(train_ids, SHAKESPEARE_BLOCK, batch_size=32, rng=rng)
     loss_fn = lm_loss
     held_out = lambda m: {"validation loss": lm_eval_loss(m, valid_ids, SHAKESPEARE_BLOCK)}
@@ -270,7 +283,7 @@ def _shakespeare(
         }
     name = level if block == "gpt" else f"{level}, {block} block" + ("" if balance else ", no balancing loss")
     with torch.random.fork_rng():  # dropout's masks come from a seeded generator, not from the caller's state
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         history = fit(
             model,
             loss_fn,
@@ -301,26 +314,34 @@ def adaptation_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     return tok, play[:cut], play[cut:]
 
 
-def _adapt(method: str, steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+def _adapt(
+    method: str,
+    steps: int | None = None,
+    progress: bool = False,
+    seed: int = 0,
+    rank: int = LORA_RANK,
+    alpha: float = LORA_ALPHA,
+) -> tuple[nn.Module, History, dict]:
     """The shipped character model fine-tuned on adaptation_data's first part: 300 AdamW steps of 16 windows.
 
-    "lora" trains rank-8 adapters on every linear layer of every block (everything else frozen,
-    lr 2e-3) and returns the merged model; "full" trains every weight (lr 3e-4). Both are evaluated
-    on the play's last 20%.
+    "lora" trains rank-8 adapters (alpha 16) on every linear layer of every block (everything else
+    frozen, lr 2e-3) and returns the merged model; "full" trains every weight (lr 3e-4). Both are
+    evaluated on the play's last 20%. `seed` picks the windows drawn, the adapters' A and dropout's
+    masks; the shipped checkpoints use seed 0, rank 8 and alpha 16.
     """
     from .checkpoints import load_checkpoint
 
     _, learn, test = adaptation_data()
     with torch.random.fork_rng():  # building the model draws initial weights, which the checkpoint replaces
         model, _ = load_checkpoint("shakespeare_char")
-    rng = torch.Generator().manual_seed(0)  # the windows drawn
+    rng = torch.Generator().manual_seed(seed)  # the windows drawn
     batches = lm_batches(learn, SHAKESPEARE_BLOCK, batch_size=16, rng=rng)
     held_out = lambda m: {"test loss": lm_eval_loss(m, test, SHAKESPEARE_BLOCK)}
     with torch.random.fork_rng():  # the adapters' A and dropout's masks come from this seed, not the caller's state
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         lr = 3e-4
         if method == "lora":
-            add_lora(model, LORA_TARGETS, r=LORA_RANK, alpha=LORA_ALPHA)
+            add_lora(model, LORA_TARGETS, r=rank, alpha=alpha)
             lr = 2e-3
         trainable, total = trainable_parameters(model)
         history = fit(
@@ -407,3 +428,52 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
 }
+
+
+# Chapter 14 ("From 2017 to today, part two") compares a mixture of experts with the dense model and LoRA with
+# full fine-tuning over three seeds, and sweeps LoRA's rank. `python tools/seed_runs.py` makes these
+# runs and writes what each ended at to seed_runs_path(); the chapter reads that file (training them takes
+# longer than a notebook may). Seed 0 of each run starts as its shipped recipe does: the same weights, windows
+# and dropout masks. The fine-tuning runs are the shipped recipes' full 300 steps, so their seed 0 is the
+# shipped checkpoint; the mixture and dense runs stop at SEED_RUN_STEPS, with the schedule's warm-up and cosine
+# decay fitted to that length, while the shipped checkpoints are single-seed runs of 3000 steps.
+SEEDS = (0, 1, 2)
+SEED_RUN_STEPS = 400  # the mixture-against-dense runs: 400 of the recipe's AdamW steps of 32 windows of 128
+LORA_RANKS = (1, 4, 8, 32)  # the rank sweep, alpha held at LORA_ALPHA (so the scale alpha / r falls as r grows)
+
+# name -> run(seed, steps=None, progress=False) -> (model, history, {}); the metric each records is
+# SEED_RUN_METRICS[name] from its last evaluation: the whole held-out play, or the play's last 20% (fine-tuning)
+SEED_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
+    "dense": lambda seed, steps=None, progress=False: _shakespeare(
+        "char", steps or SEED_RUN_STEPS, progress, "gpt", seed=seed
+    ),
+    "moe": lambda seed, steps=None, progress=False: _shakespeare(
+        "char", steps or SEED_RUN_STEPS, progress, "moe", seed=seed
+    ),
+    "full": lambda seed, steps=None, progress=False: _adapt("full", steps, progress, seed=seed),
+    **{
+        f"lora r{r}": lambda seed, steps=None, progress=False, r=r: _adapt("lora", steps, progress, seed=seed, rank=r)
+        for r in LORA_RANKS
+    },
+}
+SEED_RUN_METRICS = {name: "validation loss" if name in ("dense", "moe") else "test loss" for name in SEED_RUNS}
+
+
+def seed_runs_path() -> Path:
+    """Where the seed runs' results ship: transformer_lib/checkpoints/seed_runs.json (tools/seed_runs.py writes it)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "seed_runs.json"
+
+
+def load_seed_runs(path: Path | None = None) -> dict:
+    """The seed runs' results: {"runs": {name: [one record per seed, by seed]}, "base test loss": nats, ...}.
+
+    Each record holds seed, steps, "loss" (the run's metric in nats per character), "bits" (the same in
+    bits per character), "seconds" (the run's wall time, its evaluations included) and "first_losses".
+    """
+    import json
+
+    data = json.loads((path or seed_runs_path()).read_text())
+    data["runs"] = {name: sorted(records, key=lambda r: r["seed"]) for name, records in data["runs"].items()}
+    return data

@@ -77,3 +77,63 @@ def test_the_shipped_shakespeare_model_in_int8_keeps_its_bits_per_character_at_u
     )
     assert abs(int8 - fp32) < 0.02
     assert qz.model_bytes(small) < 0.35 * qz.model_bytes(model)
+
+
+def test_zero_point_int8_equals_pytorchs_observer_and_quantizer_and_stays_within_half_a_step():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 100, generator=g) * torch.rand(64, 1, generator=g) * 3 + torch.randn(64, 1, generator=g) * 0.5
+    w[5] = w[5].abs()  # a row with no negative weight: its zero point is 0
+    w[6] = -w[6].abs()  # and one with no positive weight: 255
+    q, scale, zero_point = qz.quantize_per_channel_zero_point(w)
+    assert q.dtype == torch.uint8 and zero_point.dtype == torch.uint8 and scale.shape == zero_point.shape == (64,)
+    assert zero_point[5] == 0 and zero_point[6] == 255
+    with warnings.catch_warnings():  # PyTorch marks its quantized tensors deprecated; they are still the reference
+        warnings.simplefilter("ignore", UserWarning)
+        observer = torch.ao.quantization.PerChannelMinMaxObserver(
+            ch_axis=0, dtype=torch.quint8, qscheme=torch.per_channel_affine
+        )
+        observer(w)
+        ref_scale, ref_zero_point = observer.calculate_qparams()  # PyTorch's own choice of scale and zero point
+        reference = torch.quantize_per_channel(w, ref_scale, ref_zero_point, 0, torch.quint8)
+    torch.testing.assert_close(scale, ref_scale)
+    assert torch.equal(zero_point.long(), ref_zero_point.long())
+    assert torch.equal(q, reference.int_repr())
+    torch.testing.assert_close(qz.dequantize(q, scale, zero_point), reference.dequantize())
+    error = (qz.dequantize(q, scale, zero_point) - w).abs()
+    assert (error <= scale[:, None] / 2 + 1e-6).all()
+    with pytest.raises(ValueError, match="2-D float tensor"):
+        qz.quantize_per_channel_zero_point(torch.ones(3, 4, dtype=torch.int64))
+
+
+def test_zero_point_int8_by_hand_and_where_it_beats_absmax():
+    # lo = -1, hi = 3: scale 4 / 255, zero point round(63.75) = 64; 0.5 / scale = 31.875 -> 32; 3 / scale -> 191
+    q, scale, zero_point = qz.quantize_per_channel_zero_point(torch.tensor([[-1.0, 0.0, 0.5, 3.0]]))
+    assert q.tolist() == [[0, 64, 96, 255]] and zero_point.tolist() == [64]
+    torch.testing.assert_close(scale, torch.tensor([4.0 / 255]))
+    assert qz.dequantize(q, scale, zero_point)[0, 1] == 0.0  # zero stays exactly zero
+    q0, s0, z0 = qz.quantize_per_channel_zero_point(torch.zeros(2, 3))
+    assert q0.eq(0).all() and s0.eq(1).all() and z0.eq(0).all()
+    # weights all of one sign (ReLU outputs, say): absmax spends half its grid on values that never occur
+    w = torch.rand(8, 200, generator=torch.Generator().manual_seed(1))
+    absmax_error = (qz.dequantize(*qz.quantize_per_channel(w)) - w).abs().mean()
+    zero_point_error = (qz.dequantize(*qz.quantize_per_channel_zero_point(w)) - w).abs().mean()
+    assert zero_point_error < 0.6 * absmax_error  # a step of max / 255 instead of max / 127
+
+
+def test_a_zero_point_layer_computes_with_its_dequantized_weight_and_a_bad_scheme_is_refused():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(24, 10)
+    layer = qz.Int8Linear(linear, scheme="zero_point")
+    x = torch.randn(3, 5, 24)
+    want = torch.nn.functional.linear(x, qz.dequantize(layer.q, layer.scale, layer.zero_point), linear.bias)
+    torch.testing.assert_close(layer(x), want)
+    assert (layer(x) - linear(x)).abs().max() < 0.02
+    assert layer.q.dtype == torch.uint8 and {n for n, _ in layer.named_buffers()} == {"q", "scale", "zero_point"}
+    assert {n for n, _ in qz.Int8Linear(linear).named_buffers()} == {"q", "scale"}  # absmax: no zero point
+    model = tl.DecoderOnlyLM(vocab_size=30, d_model=32, num_heads=4, num_layers=1, d_ff=64, tie_embeddings=True)
+    small = qz.quantize_model(copy.deepcopy(model), scheme="zero_point")
+    assert {m.scheme for m in small.modules() if isinstance(m, qz.Int8Linear)} == {"zero_point"}
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        qz.quantize_model(copy.deepcopy(model), scheme="int4")
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        qz.Int8Linear(linear, scheme="symmetric")
