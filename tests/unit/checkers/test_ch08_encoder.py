@@ -189,11 +189,11 @@ def test_first_pool_other_routes_pass(right):
 # ---- head ablation ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def classifier():
+def _bracket_classifier(examples: int):
+    """An untrained small bracket classifier and `examples` labelled strings: (model, x, y)."""
     tl.set_seed(0)
     tok = tl.CharTokenizer("()[]")
-    x, y = tl.encode_labelled(tl.brackets_task(120, seed=3, max_pairs=4), tok, bos=True)
+    x, y = tl.encode_labelled(tl.brackets_task(examples, seed=3, max_pairs=4), tok, bos=True)
     model = tl.EncoderClassifier(
         vocab_size=tok.vocab_size,
         num_classes=2,
@@ -205,6 +205,11 @@ def classifier():
         max_len=32,
     ).eval()
     return model, x, y
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return _bracket_classifier(120)
 
 
 def _head_off(model, x, y, layer, head, restore=True, switch_off=True, scale=1.0, flip=False):
@@ -273,19 +278,7 @@ def test_head_ablation_puts_back_the_weights_an_answer_changed(classifier):
 
 
 def test_head_ablation_on_a_larger_set_names_the_full_accuracy():
-    tl.set_seed(0)
-    tok = tl.CharTokenizer("()[]")
-    x, y = tl.encode_labelled(tl.brackets_task(200, seed=3, max_pairs=4), tok, bos=True)
-    model = tl.EncoderClassifier(
-        vocab_size=tok.vocab_size,
-        num_classes=2,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        dropout=0.0,
-        max_len=32,
-    ).eval()
+    model, x, y = _bracket_classifier(200)
     assert ex.check_head_ablation(_head_off, model, x, y) == ex.CORRECT
     rejected_as(ex.check_head_ablation(lambda *a: _head_off(*a, switch_off=False), model, x, y), "all-heads-on")
 
