@@ -1,4 +1,4 @@
-"""Weights to and from Hugging Face `transformers`: five families of decoder-only models in the book's DecoderOnlyLM.
+"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM) and BERT.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
 names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
@@ -20,12 +20,16 @@ claims it, in the order they are registered). Adding a family is one new section
 - **GPT-NeoX** (Pythia) turns a share of each head in the rotate-half layout, fuses the query, key
   and value projections into one matrix (head by head), and runs a parallel block with a norm for
   each sublayer (`shared_norm=False`).
+- **BERT** is the 2017 encoder, post-LN, with learned positions, token types, a norm on the
+  embeddings, exact GELU, a pooler and a tied masked-LM head (transformer_lib.bert lists each one):
+  BertForMaskedLM and BertForSequenceClassification become our bert.BertForMaskedLM and
+  bert.BertClassifier.
 
 `surgery.with_rotary_layout` (re-exported here) moves a model between the two rotary layouts
 without changing what it computes. `transformers` is an optional dependency (the test extra
 installs it); nothing here downloads.
 
-    ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or Llama, Mixtral, GPT-J, GPT-NeoX; logits to 1e-5
+    ours = from_hf(GPT2LMHeadModel.from_pretrained(folder))   # or Llama, Mixtral, GPT-J, GPT-NeoX, BERT; logits to 1e-5
     theirs = to_hf(ours)                                      # the same kind of model, with our weights
 """
 
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .bert import BertClassifier, BertForMaskedLM, bert_config
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
@@ -67,6 +72,8 @@ class Family:
     load: Callable[[dict[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]  # their state -> ours
     save: Callable[[DecoderOnlyLM], nn.Module]  # our model -> theirs, refusing what the family cannot hold
     claims: Callable[[TransformerConfig], bool]  # to_hf: is a model of this config one of ours?
+    ours: type = DecoderOnlyLM  # the class of our model: from_hf builds one, to_hf takes one
+    build: Callable[[TransformerConfig, object], nn.Module] = lambda cfg, hf_config: DecoderOnlyLM(cfg)
 
 
 #: The registered families by Hugging Face class name, in the order `to_hf` asks them.
@@ -551,6 +558,102 @@ def _neox_save(ours: DecoderOnlyLM) -> nn.Module:
     return hf.eval()
 
 
+# ---- BERT: the 2017 encoder (post-LN) with learned positions, token types and normalised embeddings --------
+# (transformer_lib.bert lists every difference.) Our BertForMaskedLM and BertClassifier hold a BertModel
+# called `bert`, as theirs do, so the names below are the same in both models under "bert.".
+
+
+def _bert_config(hf_config) -> TransformerConfig:
+    """A BertConfig -> the TransformerConfig of the same encoder."""
+    if getattr(hf_config, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"only absolute positions are supported, got {hf_config.position_embedding_type!r}")
+    if hf_config.hidden_act != "gelu":
+        raise ValueError(f"only BERT's exact GELU is supported, got activation {hf_config.hidden_act!r}")
+    return bert_config(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        max_len=hf_config.max_position_embeddings,
+        eps=hf_config.layer_norm_eps,
+        pad_id=hf_config.pad_token_id if hf_config.pad_token_id is not None else 0,
+        dropout=0.0,
+    )
+
+
+def _bert_names(num_layers: int, head: str) -> list[tuple[str, str]]:
+    """(our name, BERT's name) for every tensor; head is "mlm" (the masked-LM head) or "classifier"."""
+    names = [
+        ("bert.embeddings.word.table.weight", "bert.embeddings.word_embeddings.weight"),
+        ("bert.embeddings.position.weight", "bert.embeddings.position_embeddings.weight"),
+        ("bert.embeddings.token_type.weight", "bert.embeddings.token_type_embeddings.weight"),
+    ]
+    pairs = [("bert.embeddings.norm", "bert.embeddings.LayerNorm")]
+    for i in range(num_layers):
+        ours, theirs = f"bert.encoder.layers.{i}.", f"bert.encoder.layer.{i}."
+        pairs += [
+            (f"{ours}self_attn.q_proj", f"{theirs}attention.self.query"),
+            (f"{ours}self_attn.k_proj", f"{theirs}attention.self.key"),
+            (f"{ours}self_attn.v_proj", f"{theirs}attention.self.value"),
+            (f"{ours}self_attn.out_proj", f"{theirs}attention.output.dense"),
+            (f"{ours}norm1", f"{theirs}attention.output.LayerNorm"),  # post-LN: after attention's residual add
+            (f"{ours}feed_forward.linear1", f"{theirs}intermediate.dense"),
+            (f"{ours}feed_forward.linear2", f"{theirs}output.dense"),
+            (f"{ours}norm2", f"{theirs}output.LayerNorm"),
+        ]
+    if head == "mlm":
+        pairs += [
+            ("transform", "cls.predictions.transform.dense"),
+            ("transform_norm", "cls.predictions.transform.LayerNorm"),
+        ]
+        names += [("output_bias", "cls.predictions.bias")]
+    else:
+        pairs += [("bert.pooler", "bert.pooler.dense"), ("classifier", "classifier")]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _bert_load(head: str) -> Callable[[dict[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]:
+    return lambda theirs, cfg: _renamed(theirs, _flipped(_bert_names(cfg.num_layers, head)))
+
+
+def _bert_save(head: str) -> Callable[[nn.Module], nn.Module]:
+    def save(ours: nn.Module) -> nn.Module:
+        import transformers
+
+        cfg = ours.config
+        hf_config = transformers.BertConfig(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            intermediate_size=cfg.d_ff,
+            hidden_act="gelu",
+            max_position_embeddings=cfg.max_len,
+            type_vocab_size=ours.bert.embeddings.token_type.num_embeddings,
+            layer_norm_eps=cfg.eps,
+            pad_token_id=cfg.pad_id,
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.dropout,
+            num_labels=ours.classifier.out_features if head == "classifier" else 2,
+        )
+        expected = _bert_config(hf_config)
+        differ = {k: (getattr(cfg, k), getattr(expected, k)) for k in vars(expected) if k != "dropout"}
+        differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
+        if differ:
+            raise ValueError(f"not a BERT architecture; these fields differ (ours, BERT's): {differ}")
+        kind = "BertForMaskedLM" if head == "mlm" else "BertForSequenceClassification"
+        hf = getattr(transformers, kind)(hf_config)
+        state = _renamed(ours.state_dict(), _bert_names(cfg.num_layers, head))
+        if head == "mlm":  # the output layer is the token table again (tied), with the per-word bias
+            state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+            state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+        hf.load_state_dict(state, strict=True)
+        return hf.eval()
+
+    return save
+
+
 # ---- the registry and the two directions ---------------------------------------------------------
 
 # to_hf asks in this order: the interleaved or one-norm parallel model is GPT-J's, a rotary LayerNorm
@@ -580,26 +683,53 @@ _register(
 )
 _register(Family("Llama", "LlamaForCausalLM", llama_config, _llama_load, _llama_save, lambda c: c.positional == "rope"))
 _register(Family("GPT-2", "GPT2LMHeadModel", gpt2_config, _gpt2_load, _gpt2_save, lambda c: True))
+_register(
+    Family(
+        "BERT (masked LM)",
+        "BertForMaskedLM",
+        _bert_config,
+        _bert_load("mlm"),
+        _bert_save("mlm"),
+        lambda c: True,
+        ours=BertForMaskedLM,
+        build=lambda cfg, hf_config: BertForMaskedLM(cfg, token_types=hf_config.type_vocab_size),
+    )
+)
+_register(
+    Family(
+        "BERT (classifier)",
+        "BertForSequenceClassification",
+        _bert_config,
+        _bert_load("classifier"),
+        _bert_save("classifier"),
+        lambda c: True,
+        ours=BertClassifier,
+        build=lambda cfg, hf_config: BertClassifier(cfg, hf_config.num_labels, token_types=hf_config.type_vocab_size),
+    )
+)
 
 
-def from_hf(hf_model: nn.Module) -> DecoderOnlyLM:
-    """A Hugging Face causal LM of a registered family (`FAMILIES`) -> our DecoderOnlyLM with its weights, in eval
-    mode, on the CPU."""
+def from_hf(hf_model: nn.Module) -> nn.Module:
+    """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
+    a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:
         names = ", ".join(FAMILIES)
         raise TypeError(f"from_hf takes one of {names}; got {type(hf_model).__name__}")
     cfg = family.config(hf_model.config)
     state = family.load(hf_model.state_dict(), cfg)
-    state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # most families' output layers have no bias
-    ours = DecoderOnlyLM(cfg)
+    ours = family.build(cfg, hf_model.config)
+    if isinstance(ours, DecoderOnlyLM):
+        state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # most families' output layers have no bias
     ours.load_state_dict(state)
     return ours.eval()
 
 
-def to_hf(ours: DecoderOnlyLM) -> nn.Module:
-    """Our DecoderOnlyLM -> the Hugging Face model of the first family that claims its config (`FAMILIES`)."""
-    if not isinstance(ours, DecoderOnlyLM):
-        raise TypeError(f"to_hf takes a DecoderOnlyLM, got {type(ours).__name__}")
-    family = next(f for f in FAMILIES.values() if f.claims(ours.config))
+def to_hf(ours: nn.Module) -> nn.Module:
+    """Our model -> the Hugging Face model of the first family that claims it (`FAMILIES`): its class, then its
+    config."""
+    kinds = tuple(dict.fromkeys(f.ours for f in FAMILIES.values()))
+    if not isinstance(ours, kinds):
+        raise TypeError(f"to_hf takes one of {', '.join(k.__name__ for k in kinds)}, got {type(ours).__name__}")
+    family = next(f for f in FAMILIES.values() if isinstance(ours, f.ours) and f.claims(ours.config))
     return family.save(ours)

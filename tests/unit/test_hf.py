@@ -251,6 +251,8 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         "MixtralForCausalLM",
         "LlamaForCausalLM",
         "GPT2LMHeadModel",
+        "BertForMaskedLM",
+        "BertForSequenceClassification",
     ]
     base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64, norm_first=True)
     for fields, family in (
@@ -262,4 +264,14 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         (dict(positional="rope", parallel_block=True, shared_norm=False), "GPT-NeoX"),
     ):
         cfg = tl.TransformerConfig(**base, **fields)
-        assert next(f for f in tl.hf.FAMILIES.values() if f.claims(cfg)).name == family, fields
+        model = tl.DecoderOnlyLM(cfg)
+        assert next(f for f in tl.hf.FAMILIES.values() if isinstance(model, f.ours) and f.claims(cfg)).name == family
+    small = tl.bert.bert_config(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64)
+    for model, family in (
+        (tl.bert.BertForMaskedLM(small), "BERT (masked LM)"),
+        (tl.bert.BertClassifier(small), "BERT (classifier)"),
+    ):
+        assert (
+            next(f for f in tl.hf.FAMILIES.values() if isinstance(model, f.ours) and f.claims(model.config)).name
+            == family
+        )
