@@ -18,7 +18,9 @@ their files, calls the same checker on the same arguments as the visible cell, a
 checker, `CORRECT` and library function the notebook could reach with that fresh copy. If the
 notebook replaced one (a `check_*`, `CORRECT`, a function of transformer_lib, or a torch, math, numpy
 or builtin callable, by anything: a function, a callable object, a partial, another library's function),
-the exercise gets no points and the cell says TAMPERED.
+or added a hook to IPython (an input or AST transformer, an event callback, its own cell runner), the
+exercise gets no points and the cell says TAMPERED. A hook could rewrite the hidden part before it runs,
+so `grade` also reads the student's cells for any line that reaches into IPython, and flags it.
 
 `grade` collects SUBMISSIONS/<student>/NN_name.ipynb (or SUBMISSIONS/<student>/NN_name/NN_name.ipynb)
 into submitted/, runs `nbgrader autograde` on each one in isolation (grading_guard.py: a private course
@@ -209,6 +211,28 @@ def _nbgrader_check(ns, calls):
         # finders and path hooks of the notebook's own: they could serve a fake package under the grader's names
         for label, hooks in (("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks)):
             found += [f"{label} (with notebook code)" for hook in list(hooks) if notebook_made(hook)]
+        # IPython's cell transformers, event callbacks and cell runners: one of the notebook's (or a library
+        # function it put there) could rewrite or skip a graded cell. A clean kernel has IPython's own, and
+        # those of the libraries a chapter loads.
+        shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+        if shell is not None:
+            own = ("IPython.", "ipykernel", "matplotlib", "ipywidgets", "comm")  # matplotlib: pyplot registers one
+            manager = getattr(shell, "input_transformer_manager", None)
+            hooks = [("input_transformers_post", getattr(shell, "input_transformers_post", []))]  # (label, its entries)
+            hooks += [
+                (a, getattr(manager, a, [])) for a in ("cleanup_transforms", "line_transforms", "token_transformers")
+            ]
+            hooks += [("ast_transformers", getattr(shell, "ast_transformers", []))]
+            hooks += [(f"{e} event", c) for e, c in getattr(getattr(shell, "events", None), "callbacks", {}).items()]
+            for label, entries in hooks:
+                for hook in list(entries):
+                    where = getattr(hook, "__module__", None) or type(hook).__module__ or ""
+                    if notebook_made(hook) or not where.startswith(own):
+                        found.append(f"IPython's {label} (with {getattr(hook, '__name__', type(hook).__name__)})")
+            for name in ("run_cell", "run_cell_async", "transform_cell", "run_ast_nodes", "run_code", "_run_cell"):
+                method = getattr(type(shell), name, None)
+                if name in vars(shell) or method is not None and not getattr(method, "__module__", "").startswith(own):
+                    found.append(f"IPython's shell.{name}")
         for label, space in spaces():
             for attr, obj in list(space.items()):
                 where = f"{label}.{attr}"
@@ -512,8 +536,44 @@ def _assigned_names(tree) -> list[tuple[str, int]]:
     return found
 
 
+# What a notebook would touch to rewrite or skip a graded cell from inside IPython (an input or AST transformer, an
+# event callback, the shell's cell runner), and the magics that load code IPython runs as an extension or script.
+_IPYTHON_REACH = {
+    "get_ipython",
+    "input_transformers_post",
+    "input_transformers_cleanup",
+    "input_transformer_manager",
+    "ast_transformers",
+    "transform_cell",
+    "run_cell",
+    "run_ast_nodes",
+    "register_magic_function",
+}
+_IPYTHON_MAGICS = ("%load_ext", "%reload_ext", "%run", "%config")
+
+
+def _ipython_reach(tree) -> list[int]:
+    """The lines of a cell that reach into IPython itself: its names (written or built from constants), or an
+    import of IPython or ipykernel."""
+    lines = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+        elif _constant_text(node) is not None:
+            names = [_constant_text(node)]
+        if any(n in _IPYTHON_REACH or n.split(".")[0] in ("IPython", "ipykernel") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
 def _static_findings(nb, checker_names: set[str]) -> list[tuple[str, str]]:
-    """What the student's own cells replace of the checkers or CORRECT, read from the file: (target, line).
+    """What the student's own cells replace of the checkers or CORRECT, read from the file: (target, line). The
+    target "IPython" is a line that reaches into IPython itself, which could rewrite any graded cell.
 
     Read from the syntax tree: `setattr(E, 'check_' + 'mask', lambda *a: E.CORRECT)` replaces check_mask
     only (reading CORRECT replaces nothing). A name that is computed at run time is left to the hidden check.
@@ -529,6 +589,8 @@ def _static_findings(nb, checker_names: set[str]) -> list[tuple[str, str]]:
         except SyntaxError:
             continue  # it cannot run either
         lines = cell.source.split("\n")
+        found += [("IPython", lines[n - 1].strip()) for n in _ipython_reach(tree)]
+        found += [("IPython", line.strip()) for line in lines if line.lstrip().startswith(_IPYTHON_MAGICS)]
         for name, lineno in _assigned_names(tree):
             target = "CORRECT" if name in ("CORRECT", "_common") else name
             if target in checker_names or target == "CORRECT":
@@ -609,8 +671,12 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                         lines = [
                             line for target, line in statics if target in (_checker_of(source, grade_id), "CORRECT")
                         ]
+                        reach = [line for target, line in statics if target == "IPython"]
                         if lines and not tampered:  # seen in the file though not at run time (e.g. after its check)
                             tampered, hint = True, f"{TAMPERED}: the notebook replaces its checker: {'; '.join(lines)}"
+                        elif reach and not tampered:  # a cell rewritten by IPython never runs its check at all
+                            why = "reaches into IPython, which can rewrite or skip the graded cells"
+                            tampered, hint = True, f"{TAMPERED}: the notebook {why}: {'; '.join(reach)}"
                         try:
                             g = gb.find_grade(grade_id, assignment, assignment, student)
                         except MissingEntry:

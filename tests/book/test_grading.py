@@ -422,3 +422,46 @@ def test_the_hidden_check_flags_a_swapped_import_system(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "meta_path", [finder["Finder"](), *sys.meta_path])
     with pytest.raises(AssertionError, match=r"TAMPERED: this notebook replaced sys\.meta_path"):
         check(notebook, calls)
+
+
+def test_the_file_reader_flags_a_notebook_that_reaches_into_ipython():
+    """A transformer of IPython's could rewrite the hidden cell before it runs, so no run-time check would see it:
+    the file is read for it, written out or built from pieces. A plain answer is not flagged."""
+    cells = [
+        "get_ipython().input_transformers_post.append(lambda lines: ['pass'])",
+        "shell = globals()['get_' + 'ipython']()",
+        "setattr(shell, 'transform' + '_cell', str)",
+        "from IPython import get_ipython as g",
+        "%load_ext my_rewriter",
+        "def my_future_mask(size):\n    return ~torch.ones(size, size, dtype=torch.bool).tril()",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    found = grading._static_findings(nb, {"check_future_mask"})
+    assert sorted({line for target, line in found if target == "IPython"}) == sorted(cells[:5]), found
+    assert all(target == "IPython" for target, _ in found)
+
+
+_HOOKS = {
+    "an input transformer": "get_ipython().input_transformers_post.append(lambda lines: lines)",
+    "an AST transformer from a library": "import ast\nget_ipython().ast_transformers.append(ast.NodeTransformer())",
+    "an event callback": "get_ipython().events.register('pre_run_cell', lambda *a: None)",
+}
+
+
+def test_the_hidden_check_flags_ipython_hooks_of_the_notebook():
+    """In a real kernel: a clean one passes a right answer; each kind of hook the notebook adds is TAMPERED (each in
+    a kernel of its own, so that no other hook is there to be seen)."""
+    from nbclient import NotebookClient
+
+    # a chapter's own callbacks are not the notebook's: pyplot registers one when it draws
+    setup = "import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()\nimport transformer_lib as tl\n"
+    setup += "answer = lambda size: ~tl.causal_mask(size)\n" + grading._GUARD
+    check = "_nbgrader_check(globals(), [('check_future_mask', ['answer'], {})])\nprint('graded')"
+    for kind, hook in {"none": "pass", **_HOOKS}.items():
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (setup, hook, check)])
+        NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=60).execute()
+        said = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[2].outputs)
+        if kind == "none":
+            assert said.strip() == "graded", said
+        else:
+            assert said.startswith("TAMPERED: this notebook replaced IPython's"), (kind, said)
