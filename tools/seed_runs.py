@@ -5,7 +5,7 @@
     python tools/seed_runs.py --force full         # run again what the file already holds
 
 The runs are recipes.SEED_RUNS: the mixture of experts and the dense model (recipes.SEED_RUN_STEPS steps
-each), full fine-tuning and LoRA at several ranks (the shipped recipes' 300 steps). For each
+each), full fine-tuning and LoRA at several ranks and alphas (the shipped recipes' 300 steps). For each
 run and seed the file records the final held-out loss (nats and bits per character), the steps, the
 wall time with the machine and its load, and the first losses, which tests/unit/test_seed_runs.py
 re-computes. A run already in the file is skipped unless --force, and the file is written after every
@@ -13,6 +13,7 @@ run, so an interrupted sweep goes on where it stopped. The shipped file was made
 
     OMP_NUM_THREADS=1 python tools/seed_runs.py dense moe full "lora r8"                 # three seeds each
     OMP_NUM_THREADS=1 python tools/seed_runs.py "lora r1" "lora r4" "lora r32" --seeds 1  # the rank sweep, seed 0
+    OMP_NUM_THREADS=1 python tools/seed_runs.py "lora r8 alpha 4" "lora r8 alpha 64"      # the alpha sweep, three seeds
 
 (one thread, because other jobs shared the two-core machine: two threads then wait on each other).
 """

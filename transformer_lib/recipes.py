@@ -65,6 +65,7 @@ __all__ = [
     "SEEDS",
     "SEED_RUN_STEPS",
     "LORA_RANKS",
+    "LORA_ALPHAS",
     "SEED_RUNS",
     "SEED_RUN_METRICS",
     "seed_runs_path",
@@ -440,6 +441,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
 SEEDS = (0, 1, 2)
 SEED_RUN_STEPS = 400  # the mixture-against-dense runs: 400 of the recipe's AdamW steps of 32 windows of 128
 LORA_RANKS = (1, 4, 8, 32)  # the rank sweep, alpha held at LORA_ALPHA (so the scale alpha / r falls as r grows)
+LORA_ALPHAS = (4.0, 16.0, 64.0)  # the alpha sweep at rank LORA_RANK: the adapters' scale alpha / r is 0.5, 2 or 8
 
 # name -> run(seed, steps=None, progress=False) -> (model, history, {}); the metric each records is
 # SEED_RUN_METRICS[name] from its last evaluation: the whole held-out play, or the play's last 20% (fine-tuning)
@@ -454,6 +456,13 @@ SEED_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     **{
         f"lora r{r}": lambda seed, steps=None, progress=False, r=r: _adapt("lora", steps, progress, seed=seed, rank=r)
         for r in LORA_RANKS
+    },
+    **{
+        f"lora r{LORA_RANK} alpha {a:g}": lambda seed, steps=None, progress=False, a=a: _adapt(
+            "lora", steps, progress, seed=seed, alpha=a
+        )
+        for a in LORA_ALPHAS
+        if a != LORA_ALPHA  # alpha 16 at rank 8 is "lora r8"
     },
 }
 SEED_RUN_METRICS = {name: "validation loss" if name in ("dense", "moe") else "test loss" for name in SEED_RUNS}
