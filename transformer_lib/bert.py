@@ -144,11 +144,21 @@ class BertForMaskedLM(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         _init_bert(self)
 
-    def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens (B, S) -> logits (B, S, vocab_size)."""
+    def forward(
+        self, tokens: torch.Tensor, token_types: torch.Tensor | None = None, *, at: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """tokens (B, S) -> logits (B, S, vocab_size); or, given `at` (B, S) bool, only at those positions: (n, V).
+
+        Training needs the scores of the chosen positions only (15% of them), and the head's product with
+        the whole vocabulary is most of the work, so `at` skips the rest (Google's BERT does the same).
+        """
         hidden, _ = self.bert(tokens, token_types)  # (B, S, d_model)
-        h = self.transform_norm(F.gelu(self.transform(hidden)))  # (B, S, d_model)
-        return h @ self.bert.embeddings.word.weight.T + self.output_bias  # tied: (B, S, d_model) @ (d_model, V)
+        if at is not None:
+            if at.shape != tokens.shape or at.dtype != torch.bool:
+                raise ValueError(f"at must be a bool tensor of the tokens' shape {tuple(tokens.shape)}")
+            hidden = hidden[at]  # (n, d_model), row by row
+        h = self.transform_norm(F.gelu(self.transform(hidden)))  # (..., d_model)
+        return h @ self.bert.embeddings.word.weight.T + self.output_bias  # tied: (..., d_model) @ (d_model, V)
 
 
 class BertClassifier(nn.Module):
@@ -209,15 +219,21 @@ def mask_tokens(
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the chosen positions only: logits (B, S, V), labels (B, S) with IGNORE elsewhere.
+    """Mean cross-entropy over the chosen positions only; labels (B, S) hold IGNORE everywhere else.
 
-    A batch where no position was chosen (it happens by chance in small batches) has loss 0 and no gradient,
-    where cross_entropy alone would give NaN.
+    logits are (B, S, V), or (n, V) for the chosen positions alone, in row order: what
+    `BertForMaskedLM(tokens, at=labels != IGNORE)` returns. A batch where no position was chosen (it
+    happens by chance in small batches) has loss 0 and no gradient, where cross_entropy would give NaN.
     """
-    if logits.shape[:-1] != labels.shape:
+    chosen = labels != IGNORE  # (B, S)
+    n = int(chosen.sum())
+    if logits.dim() == 2 and logits.shape[0] != n or logits.dim() == 3 and logits.shape[:-1] != labels.shape:
         raise ValueError(
-            f"logits (B, S, V) and labels (B, S) disagree: {tuple(logits.shape)} and {tuple(labels.shape)}"
+            f"logits must be (B, S, V) or (n, V) for the n = {n} chosen positions of labels {tuple(labels.shape)}, "
+            f"got {tuple(logits.shape)}"
         )
-    if not (labels != IGNORE).any():
+    if n == 0:
         return logits.sum() * 0.0
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)  # (B*S, V), (B*S,)
+    if logits.dim() == 3:
+        logits = logits[chosen]  # (n, V)
+    return F.cross_entropy(logits, labels[chosen])

@@ -14,13 +14,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .bert import BertClassifier, BertForMaskedLM
 from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
-_MODELS = {cls.__name__: cls for cls in (Transformer, EncoderClassifier, EncoderRegressor, DecoderOnlyLM)}
+_MODELS = {
+    cls.__name__: cls
+    for cls in (Transformer, EncoderClassifier, EncoderRegressor, DecoderOnlyLM, BertForMaskedLM, BertClassifier)
+}
 
 
 def save_checkpoint(model: nn.Module, path: str | Path, init: dict | None = None, **meta) -> Path:

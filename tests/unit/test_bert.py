@@ -205,5 +205,20 @@ def test_the_loss_reads_only_the_chosen_positions():
     none = bert.mlm_loss(logits, torch.full((2, 5), bert.IGNORE))
     none.backward()
     assert none.item() == 0.0 and logits.grad.abs().sum() == 0  # no NaN from an empty batch
-    with pytest.raises(ValueError, match=r"logits \(B, S, V\) and labels \(B, S\) disagree"):
+    with pytest.raises(ValueError, match=r"for the n = 1 chosen positions of labels \(2, 4\), got \(2, 5, 11\)"):
         bert.mlm_loss(logits, labels[:, :4])
+
+
+def test_the_head_at_chosen_positions_only_gives_the_same_scores_and_loss():
+    torch.manual_seed(0)
+    model = bert.BertForMaskedLM(bert.bert_config(vocab_size=30, d_model=16, num_heads=2, num_layers=1, max_len=12))
+    model.eval()
+    tokens = torch.randint(len(SPECIAL), 30, (3, 10))
+    inputs, labels = _corrupt(tokens, rate=0.3, vocab_size=30)
+    chosen = labels != bert.IGNORE
+    with torch.no_grad():
+        every, some = model(inputs), model(inputs, at=chosen)  # (B, S, V), (n, V)
+    torch.testing.assert_close(some, every[chosen])
+    torch.testing.assert_close(bert.mlm_loss(some, labels), bert.mlm_loss(every, labels))
+    with pytest.raises(ValueError, match=r"at must be a bool tensor of the tokens' shape \(3, 10\)"):
+        model(inputs, at=chosen.long())

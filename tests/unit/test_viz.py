@@ -302,3 +302,20 @@ def test_seeds_draw_a_dot_per_seed_the_mean_and_the_range_of_each_run():
     assert viz.plot_seeds({"a": [1.0]}, ax=ax2) is f2
     with pytest.raises(ValueError, match="at least one number"):
         viz.plot_seeds({"a": []})
+
+
+def test_budget_curves_draw_the_mean_of_the_seeds_and_their_range_on_a_log_axis():
+    results = {"probe": {20: [0.6, 0.7, 0.8], 200: [0.75, 0.8]}, "scratch": {20: [0.5], 200: [0.55, 0.65]}}
+    fig = viz.plot_budget_curves(results, baseline=0.55, baseline_label="majority")
+    ax = fig.axes[0]
+    curves = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [list(c.get_xdata()) for c in curves] == [[20, 200], [20, 200]]
+    assert [[round(y, 6) for y in c.get_ydata()] for c in curves] == [[0.7, 0.775], [0.5, 0.6]]  # the means
+    bands = [c.get_paths()[0].vertices for c in ax.collections]  # each band spans min to max at every budget
+    assert [(round(b[:, 1].min(), 6), round(b[:, 1].max(), 6)) for b in bands] == [(0.6, 0.8), (0.5, 0.65)]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["20", "200"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["majority", "probe", "scratch"]
+    f2, ax2 = plt.subplots()
+    assert viz.plot_budget_curves({"a": {1: [0.5]}}, ax=ax2) is f2
+    with pytest.raises(ValueError, match="at least one value"):
+        viz.plot_budget_curves({"a": {1: []}})

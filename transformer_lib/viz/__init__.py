@@ -11,6 +11,7 @@ from .plots import (
     plot_attention,
     plot_attention_heads,
     plot_attention_layers,
+    plot_budget_curves,
     plot_curves,
     plot_distribution,
     plot_grid,
@@ -40,6 +41,7 @@ __all__ = [
     "plot_grid",
     "plot_intervals",
     "plot_seeds",
+    "plot_budget_curves",
     # diagrams
     "plot_architecture",
     "plot_dataflow",

@@ -27,6 +27,7 @@ __all__ = [
     "plot_grid",
     "plot_intervals",
     "plot_seeds",
+    "plot_budget_curves",
 ]
 
 
@@ -427,4 +428,37 @@ def plot_seeds(
     ax.set(xlabel=xlabel)
     if title:
         ax.set_title(title)
+    return fig
+
+
+def plot_budget_curves(
+    results: dict[str, dict[int, Sequence[float]]],
+    ax=None,
+    xlabel: str = "labelled examples",
+    ylabel: str = "test accuracy",
+    baseline: float | None = None,
+    baseline_label: str = "",
+) -> Figure:
+    """A learning curve per method over label budgets: the mean of the seeds as a line, their range as a band.
+
+    results: method -> {budget: its result at each seed}. The budgets sit on a log axis, each marked.
+    baseline: a horizontal line (chance, or the majority class), labelled baseline_label.
+    """
+    if not results or any(not curve or any(len(v) == 0 for v in curve.values()) for curve in results.values()):
+        raise ValueError(f"results must map each method to budgets, each with at least one value, got {results}")
+    fig, ax = _axes(ax, (6.5, 3.8))
+    budgets = sorted({b for curve in results.values() for b in curve})
+    if baseline is not None:
+        ax.axhline(baseline, color="#888888", linewidth=1.0, linestyle="--", label=baseline_label or None)
+    for i, (method, curve) in enumerate(results.items()):
+        xs = sorted(curve)
+        values = [torch.as_tensor(list(curve[b]), dtype=torch.float64) for b in xs]  # each (seeds,)
+        low, mean, high = ([getattr(v, f)().item() for v in values] for f in ("min", "mean", "max"))
+        ax.fill_between(xs, low, high, color=f"C{i}", alpha=0.2, linewidth=0)
+        ax.plot(xs, mean, "o-", color=f"C{i}", label=method, markersize=4)
+    ax.set_xscale("log")
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.legend(frameon=False)
     return fig
