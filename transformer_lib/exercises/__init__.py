@@ -1,16 +1,13 @@
 """Checkers for the chapters' exercises, one module per chapter: each runs the learner's answer on inputs of its own.
 
-A checker returns "Correct!" or a verdict: a hint that names what is wrong (a shape, the mask
-convention, a forgotten scaling, a failing input) and carries the mistake's id (`.mistake`). An
-answer that is still the stub (returns None) gets "Not answered yet". In the student edition the
-stubs raise `NotYetDone` instead, and the checker lets that friendly error through. Course
-material, not model code: no model or layer imports it.
-
-The names here are the chapter modules' own ``__all__`` lists: a new checker is added to its
-module's list and nowhere else.
+A checker returns "Correct!" or a verdict: a hint that names what is wrong (a shape, the mask convention, a
+forgotten scaling, a failing input) and carries the mistake's id (`.mistake`). A stub that returns None gets
+"Not answered yet"; in the student edition the stubs raise `NotYetDone`, which the checker lets through.
+Course material, not model code: no model or layer imports it. The names here are the chapter modules'
+own ``__all__`` lists: a new checker is added to its module's list and nowhere else.
 """
 
-import importlib
+import sys
 
 from ._common import CORRECT, NotYetDone
 from .ch00_template import *  # noqa: F403
@@ -29,26 +26,5 @@ from .ch12_modern_blocks import *  # noqa: F403
 from .ch13_inside import *  # noqa: F403
 from .ch14_modern_blocks_two import *  # noqa: F403
 
-_CHAPTERS = (
-    "ch00_template",
-    "ch01_tokenization",
-    "ch02_token_embedding",
-    "ch03_positional_encoding",
-    "ch04_attention",
-    "ch05_masks",
-    "ch06_feed_forward_and_norm",
-    "ch07_training",
-    "ch08_encoder",
-    "ch09_decoder",
-    "ch10_language_model",
-    "ch11_transformer",
-    "ch12_modern_blocks",
-    "ch13_inside",
-    "ch14_modern_blocks_two",
-)
-
-__all__ = [
-    "CORRECT",
-    "NotYetDone",
-    *(name for chapter in _CHAPTERS for name in importlib.import_module(f"{__name__}.{chapter}").__all__),
-]
+_CHAPTERS = sorted(name for name in sys.modules if name.startswith(f"{__name__}.ch"))  # the modules imported above
+__all__ = ["CORRECT", "NotYetDone", *(name for chapter in _CHAPTERS for name in sys.modules[chapter].__all__)]

@@ -1,11 +1,7 @@
-"""What every checker shares: the verdicts, the student edition's friendly error, running the learner's code
-(`run`: errors, side effects, refusals) and reading a measurement (`measure`, `reproducible`). Comparing
-answers is `_match`'s.
+"""What every checker shares: verdicts, running the learner's code (`run`) and reading a measurement (`measure`).
 
-A checker is a function decorated with `@checker`. It returns `CORRECT`, or a `Verdict`: a string (the
-hint the learner reads) that carries `.mistake`, the id of the mistake it recognised. Anything below a
-checker may `raise Wrong(mistake, hint)` instead; the decorator turns it into that verdict. The tests
-assert ids, so a hint can be reworded without touching them.
+A checker, decorated with `@checker`, returns `CORRECT` or a `Verdict`: its hint, a string whose `.mistake` is the
+id of the mistake (the tests assert ids). Below a checker, `raise Wrong(mistake, hint)`. Comparing is `_match`'s.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ def checker(check: Callable[..., str]) -> Callable[..., str]:
 
 
 def no(mistake: str, hint: str) -> Verdict:
-    """The verdict naming `mistake` (an id, e.g. "unscaled"; "other" for the generic last resort), with its hint."""
+    """The verdict naming `mistake` (an id; "other" for the generic last resort), with its hint."""
     return Verdict(mistake, hint)
 
 
@@ -70,11 +66,7 @@ class NotYetDone(NotImplementedError):
 
 
 def measure(what: str, *results) -> list[float]:
-    """An experiment's results as floats; raise the verdict to give instead of checking them.
-
-    A result that is None means the exercise is not answered yet ("todo"); one that is not a number
-    (a tensor of one element counts) gets a hint that names `what` should have been returned.
-    """
+    """An experiment's results as floats (a one-element tensor is one), else the verdict: "todo" or "not-a-number"."""
     if any(r is None for r in results):
         raise Wrong("todo", _TODO)
     try:
@@ -87,23 +79,13 @@ def measure(what: str, *results) -> list[float]:
 def reproducible(fn: Callable, first: float, again: tuple, other: tuple, *, case: str, what: str, draw: str) -> None:
     """A seeded experiment measures what its generator draws: fn(*again) (the seed that gave `first`) must give
     `first` again, and fn(*other) (another seed) another number. `draw` says what to draw with the generator."""
-    same, new = measure(
-        what,
-        run(fn, *again, case=f"{case} with the same seed again"),
-        run(fn, *other, case=f"{case} with another seed"),
-    )
+    repeated = run(fn, *again, case=f"{case} with the same seed again")
+    same, new = measure(what, repeated, run(fn, *other, case=f"{case} with another seed"))
+    how = f"{draw} with the generator you are given (torch.randn(..., generator=generator))"
     if not math.isclose(same, first, rel_tol=1e-5, abs_tol=1e-12):
-        raise Wrong(
-            "seed-ignored",
-            f"The same seed gave two different numbers: {draw} with the generator you are given "
-            "(torch.randn(..., generator=generator)).",
-        )
+        raise Wrong("seed-ignored", f"The same seed gave two different numbers: {how}.")
     if new == same:
-        raise Wrong(
-            "not-measured",
-            "Two different seeds gave exactly the same number, so nothing was measured from the generator you are "
-            f"given: {draw} with it.",
-        )
+        raise Wrong("not-measured", f"Two seeds gave exactly the same number, so nothing was measured: {how}.")
 
 
 _BY_HAND = "transformer_lib.exercises: written by hand"  # the message of the error a refused call raises
@@ -115,12 +97,8 @@ def _refuse(*args, **kwargs):
 
 @contextlib.contextmanager
 def by_hand(*functions: Callable) -> Iterator[None]:
-    """Within the block, every call of one of these library functions raises, however it was imported.
-
-    The function objects themselves are changed (their code is swapped, under decorators too), so
-    `tl.f`, `from ... import f` and a name bound before the check all refuse. Compute the checker's
-    own expectations before the block.
-    """
+    """Within the block, every call of these library functions raises, however they were imported: their code
+    is swapped (under decorators too). Compute the checker's own expectations before the block."""
     saved = []
     try:
         for function in functions:
@@ -138,14 +116,8 @@ def by_hand(*functions: Callable) -> Iterator[None]:
 
 
 def run(fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), names: str = "") -> Any:
-    """The learner's fn(*args) on the input `case`; a problem raises its verdict (`Wrong`) instead.
-
-    An exception in the learner's code becomes a hint that names the input it failed on ("raised"),
-    and so does a changed argument ("in-place") or no answer ("todo"). `NotYetDone` (the student
-    edition's stub) is let through, so the notebook says which exercise is still to do. With
-    `forbidden`, those library functions refuse to run (see `by_hand`; "by-hand"), and `names`
-    says in the hint which ones they are.
-    """
+    """The learner's fn(*args) on the input `case`, else the verdict: "raised" (naming the input), "in-place",
+    "todo" (None) or "by-hand" (it called a `forbidden` library function, `names`). `NotYetDone` goes through."""
     before = _snapshot(args)
     try:
         with by_hand(*forbidden):
@@ -154,13 +126,10 @@ def run(fn: Callable, *args, case: str, forbidden: Sequence[Callable] = (), name
         raise
     except Exception as error:  # the learner's bug, reported as a hint
         if isinstance(error, NotImplementedError) and str(error) == _BY_HAND:
-            called = names or "the library"
-            raise Wrong(
-                "by-hand", f"This exercise asks you to write it by hand, but your answer called {called}."
-            ) from None
+            hint = f"This exercise asks you to write it by hand, but your answer called {names or 'the library'}."
+            raise Wrong("by-hand", hint) from None
         raise Wrong("raised", f"Your code raised {type(error).__name__} on {case}: {error}") from None
-    changed = _changed(before, args)
-    if changed:
+    if changed := _changed(before, args):
         raise Wrong(
             "in-place",
             f"On {case} your code changed its input in place ({changed}). A function should leave what it is given "
@@ -182,10 +151,8 @@ def _snapshot(args: tuple) -> list[tuple[str, object, object]]:
             for name, t in arg.state_dict(keep_vars=True).items():
                 saved.append((f"{where}'s {name}", t, t.detach().clone()))
         elif isinstance(arg, (list, dict)):
-            try:
+            with contextlib.suppress(Exception):  # something that cannot be copied: not watched
                 saved.append((f"{where}, a {type(arg).__name__}", arg, copy.deepcopy(arg)))
-            except Exception:  # something that cannot be copied: not watched
-                pass
     return saved
 
 
@@ -197,11 +164,9 @@ def _changed(saved: list[tuple[str, object, object]], args: tuple) -> str | None
             if now.shape != kept.shape or not torch.equal(now.cpu(), kept.cpu()) and not _both_nan(now, kept):
                 return what
         else:
-            try:
+            with contextlib.suppress(Exception):
                 if _differs(live, kept):
                     return what
-            except Exception:
-                pass
     return None
 
 
@@ -233,36 +198,9 @@ class _RefuseTorch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-class _RefuseOps(TorchDispatchMode):
-    """While active, an ATen operator of these families raises the by-hand error; with a `source`, only when it
-    reads that tensor, a view of its storage (``.data``, ``.detach()``, ``.T``) or a copy of its values."""
-
-    def __init__(self, packets: Sequence, source: torch.Tensor | None = None):
-        super().__init__()
-        self.packets = {p for p in packets if p is not None}
-        self.source = source
-
-    def _reads_source(self, t: object) -> bool:
-        if self.source is None:
-            return True
-        if not isinstance(t, torch.Tensor):
-            return False
-        try:
-            if t.untyped_storage().data_ptr() == self.source.untyped_storage().data_ptr():
-                return True
-        except (RuntimeError, NotImplementedError):  # a tensor without storage
-            pass
-        return t.shape == self.source.shape and t.dtype == self.source.dtype and bool(torch.equal(t, self.source))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket in self.packets and args and self._reads_source(args[0]):
-            raise NotImplementedError(_BY_HAND)
-        return func(*args, **(kwargs or {}))
-
-
-class counting_ops(TorchDispatchMode):  # noqa: N801 (used as a context manager, like a function)
-    """Within the block, count the calls of these ATen operator families (`.count`): did the learner's code
-    really compute what its numbers claim (a prediction per training step, say)?"""
+class counting_ops(TorchDispatchMode):
+    """Within the block, count (`.count`) the calls of these ATen operator families: did the learner's code really
+    compute what its numbers claim? Named in lowercase: it is used like a function, as a context manager."""
 
     def __init__(self, packets: Sequence):
         super().__init__()
@@ -275,6 +213,28 @@ class counting_ops(TorchDispatchMode):  # noqa: N801 (used as a context manager,
         return func(*args, **(kwargs or {}))
 
 
+class _RefuseOps(counting_ops):
+    """While active, an ATen operator of these families raises the by-hand error; with a `source`, only when it
+    reads that tensor, a view of its storage (``.data``, ``.detach()``, ``.T``) or a copy of its values."""
+
+    def __init__(self, packets: Sequence, source: torch.Tensor | None = None):
+        super().__init__(packets)
+        self.source = source
+
+    def _reads_source(self, t: object) -> bool:
+        if self.source is None or not isinstance(t, torch.Tensor):
+            return self.source is None
+        with contextlib.suppress(RuntimeError, NotImplementedError):  # a tensor without storage
+            if t.untyped_storage().data_ptr() == self.source.untyped_storage().data_ptr():
+                return True
+        return t.shape == self.source.shape and t.dtype == self.source.dtype and bool(torch.equal(t, self.source))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in self.packets and args and self._reads_source(args[0]):
+            raise NotImplementedError(_BY_HAND)
+        return func(*args, **(kwargs or {}))
+
+
 def aten_ops(*names: str) -> tuple:
     """The ATen operator families of these names that this torch has (a name it lacks is left out)."""
     return tuple(p for p in (getattr(torch.ops.aten, n, None) for n in names) if p is not None)
@@ -283,14 +243,8 @@ def aten_ops(*names: str) -> tuple:
 def refusing(
     fn: Callable, *torch_functions: Callable, ops: Sequence = (), source: torch.Tensor | None = None
 ) -> Callable:
-    """fn, wrapped so that these torch functions (e.g. F.layer_norm) and ATen operators refuse while it runs.
-
-    For torch's own functions, whose code `by_hand` cannot swap: a torch function mode sees every
-    call of `torch_functions`, however the function was imported. `ops` (from `aten_ops`) are
-    refused where every spelling ends, the operator itself: method forms (``t.gather``), views of
-    the same storage, nn modules and ``torch.ops.aten`` calls alike; with `source`, only when they
-    read that tensor. Pass the result to `run`, which turns the refusal into the by-hand verdict.
-    """
+    """fn, with these torch functions (e.g. F.layer_norm, however imported) and ATen operators (`aten_ops`: every
+    spelling, method, view and nn module; with `source`, only reading that tensor) refused while it runs."""
 
     def guarded(*args):
         refuse_ops = _RefuseOps(ops, source) if ops else contextlib.nullcontext()

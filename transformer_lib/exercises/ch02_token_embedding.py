@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from ..positional import sinusoidal_encoding
 from ..tasks import pad_sequences
-from ._common import CORRECT, Verdict, Wrong, _seeded, aten_ops, checker, measure, no, refusing, reproducible, run
-from ._match import _close, _shape
+from ._common import CORRECT, Wrong, _seeded, aten_ops, checker, measure, no, refusing, reproducible, run
+from ._match import _close, expect_tensor
 
 __all__ = ["check_embed", "check_embedding_parameters", "check_pad", "check_scale_ratio"]
 
@@ -19,56 +19,37 @@ _LOOKUPS = (F.embedding, torch.embedding, torch.index_select, torch.Tensor.index
 # every way of reading rows of the table by position, where all spellings end (indexing, .gather, .take,
 # index_select, embedding, one row at a time, unbind or split): refused on the table, a view of it or a copy
 _LOOKUP_OPS = aten_ops(
-    *(
-        "index index_select embedding gather take take_along_dim select unbind split split_with_sizes unsafe_split "
-        "narrow slice chunk unsafe_chunk _embedding_bag"
-    ).split()
+    *"index index_select embedding gather take take_along_dim select unbind split split_with_sizes".split(),
+    *"unsafe_split narrow slice chunk unsafe_chunk _embedding_bag".split(),
 )
-
-
-def _one_hot_error(verdict: Verdict) -> Wrong:
-    """The verdict, with what the error means where it is one that a one-hot product raises."""
-    if verdict.mistake == "raised" and "shapes cannot be multiplied" in verdict:
-        advice = "F.one_hot(ids) alone sizes the one-hot by the largest id present: pass table.shape[0]."
-        return Wrong("one-hot-size", f"{verdict} {advice}")
-    if verdict.mistake == "raised" and ("dtype" in verdict or "scalar type" in verdict):
-        advice = "F.one_hot returns integers: convert it to the table's dtype before multiplying."
-        return Wrong("one-hot-dtype", f"{verdict} {advice}")
-    return Wrong(verdict.mistake, verdict)
 
 
 @checker
 def check_embed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """fn(ids (B, S), table (V, d)) must return table rows (B, S, d) via a one-hot product, without indexing."""
     g = _seeded(123)
-    for (B, S), V, d, dtype in (
-        ((3, 4), 11, 5, torch.float32),
-        ((2, 7), 20, 8, torch.float32),
-        ((1, 3), 6, 3, torch.float32),
-    ):
-        table = torch.randn(V, d, generator=g, dtype=dtype)
+    for (B, S), V, d in (((3, 4), 11, 5), ((2, 7), 20, 8), ((1, 3), 6, 3)):
+        table = torch.randn(V, d, generator=g, dtype=torch.float32)
         ids = torch.randint(0, V - 2, (B, S), generator=g)  # the last ids never occur: one_hot must be told V
         ids[0, 0] = 0
-        case = f"ids of shape {(B, S)} and a table of shape {(V, d)} ({dtype})"
+        case = f"ids of shape {(B, S)} and a table of shape {(V, d)} (torch.float32)"
         guarded = refusing(fn, *_LOOKUPS, ops=_LOOKUP_OPS, source=table)
         try:
             result = run(guarded, ids.clone(), table, case=case, names="a lookup of the table's rows")
-        except Wrong as wrong:
-            raise _one_hot_error(wrong.verdict) from None
-        if not isinstance(result, torch.Tensor):
-            return no("not-a-tensor", f"Return a tensor, got {type(result).__name__}.")
-        if tuple(result.shape) != (B, S, d):
-            if tuple(result.shape) == (B, S, V):
-                return no(
-                    "one-hot", f"On {case} you returned the one-hot vectors (B, S, V): multiply them by the table."
-                )
-            return no("shape", f"On {case} expected shape (B, S, d) = {(B, S, d)}, got {_shape(result)}.")
+        except Wrong as wrong:  # what the errors that a one-hot product raises mean
+            error = wrong.verdict
+            if error.mistake == "raised" and "shapes cannot be multiplied" in error:
+                return no("one-hot-size", f"{error} F.one_hot(ids) sizes it by the largest id: pass table.shape[0].")
+            if error.mistake == "raised" and ("dtype" in error or "scalar type" in error):
+                return no("one-hot-dtype", f"{error} F.one_hot gives integers: convert it to the table's dtype first.")
+            raise
+        if isinstance(result, torch.Tensor) and result.shape == (B, S, V):
+            return no("one-hot", f"On {case} you returned the one-hot vectors (B, S, V): multiply them by the table.")
+        expect_tensor(result, table[ids], case)
         if _close(result, table[ids]):
             continue
         if _close(result, table[(ids + 1) % V]) or _close(result, table[(ids - 1) % V]):
-            return no(
-                "off-by-one", f"On {case}: off by one row. Id t must bring back row t of the table (ids count from 0)."
-            )
+            return no("off-by-one", f"On {case}: off by one row. Id t must bring back row t (ids count from 0).")
         return no("other", f"On {case}: right shape, wrong values. Row t of the table should come back for id t.")
     return CORRECT
 
@@ -98,18 +79,12 @@ def check_pad(fn: Callable[[list, int], torch.Tensor]) -> str:
         case = f"seqs={seqs}, pad_id={pad}"
         result = run(fn, [list(s) for s in seqs], pad, case=case)
         want = pad_sequences(seqs, pad)
-        if not isinstance(result, torch.Tensor):
-            return no("not-a-tensor", f"On {case} return a torch tensor, got {type(result).__name__}.")
-        if tuple(result.shape) != tuple(want.shape):
-            if result.shape[-1:] == (want.shape[1] + 1,):
-                return no(
-                    "too-long", f"On {case} the rows are one too long: pad to the longest sequence, {want.shape[1]}."
-                )
-            return no("shape", f"On {case} expected shape (B, S_max) = {tuple(want.shape)}, got {_shape(result)}.")
+        if isinstance(result, torch.Tensor) and result.shape[-1:] == (want.shape[1] + 1,):
+            return no("too-long", f"On {case} the rows are one too long: pad to the longest sequence, {want.shape[1]}.")
+        expect_tensor(result, want, case)
         if result.dtype != torch.long:
             values = "the values are right, but " if torch.equal(result.long(), want) else ""
-            hint = f"the dtype is {result.dtype}. Ids must be torch.long (embedding lookups need it)"
-            return no("dtype", f"On {case}: {values}{hint}.")
+            return no("dtype", f"On {case}: {values}the dtype is {result.dtype}. Ids must be torch.long (for lookups).")
         if torch.equal(result, want):
             continue
         left = torch.tensor([[pad] * (want.shape[1] - len(q)) + list(q) for q in seqs], dtype=torch.long)
@@ -128,13 +103,9 @@ def _ratio(d_model: int, generator: torch.Generator, scale: bool = True) -> floa
 
 @checker
 def check_scale_ratio(fn) -> str:
-    """Experiment: fn(d_model, generator) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start.
-
-    The ratio is the mean norm of sqrt(d) * embedding (500 rows drawn with the generator) over the
-    mean norm of the positional encoding's rows. The checker re-runs it on seeds and widths of its
-    own: the number must come from the draw. It comes out near sqrt(2 d): a row of N(0, 1) entries
-    has norm about sqrt(d), times sqrt(d) that is d, and every sinusoidal row has norm sqrt(d / 2).
-    """
+    """Experiment: fn(d_model, generator) measures the token-to-position norm ratio for nn.Embedding's N(0, 1) start:
+    the mean norm of sqrt(d) * 500 embedding rows drawn with the generator over that of the encoding's rows."""
+    # it comes out near sqrt(2 d): an N(0, 1) row has norm about sqrt(d), a sinusoidal row exactly sqrt(d / 2)
     results = {}
     for d, seed in ((64, 61), (512, 62), (96, 63)):
         case = f"d_model={d} with a generator seeded {seed}"
@@ -145,17 +116,8 @@ def check_scale_ratio(fn) -> str:
         if math.isclose(got, _ratio(d, _seeded(seed), scale=False), rel_tol=1e-3) or abs(got - 2**0.5) < 0.1:
             return no("unscaled", f"For {case} you get about sqrt(2): multiply the embeddings by sqrt(d_model) first.")
         if abs(got * want - 1) < 0.05:
-            return no(
-                "inverted", f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding norm."
-            )
+            return no("inverted", f"For {case}: the ratio is upside down. Divide the embedding norm by the encoding's.")
         return no("other", f"For {case} expected a ratio near {want:.1f} (sqrt(2 d)), measured {got:.3g}.")
-    reproducible(
-        fn,
-        results[64],
-        (64, _seeded(61)),
-        (64, _seeded(64)),
-        case="d_model=64",
-        what="the ratio",
-        draw="draw the 500 token vectors",
-    )
+    draw = "draw the 500 token vectors"
+    reproducible(fn, results[64], (64, _seeded(61)), (64, _seeded(64)), case="d_model=64", what="the ratio", draw=draw)
     return CORRECT

@@ -47,11 +47,8 @@ _NOAM_HINTS = {
 
 @checker
 def check_noam(fn) -> str:
-    """fn(step_num, d_model, warmup) must equal the paper's d_model^-0.5 * min(n^-0.5, n * warmup^-1.5).
-
-    Steps count from 1. The checker varies the step (before, at and after the warm-up), d_model and
-    warmup, and names a mistake only when the answer follows it on every input.
-    """
+    """fn(step_num, d_model, warmup) must equal d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), steps from 1."""
+    # steps before, at and after the warm-up; a mistake is named only when the answer follows it on every input
     cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 10), (3, 128, 7)]
     cases += [(7, 96, 7), (250, 24, 1000), (1500, 1024, 300), (2, 40, 2)]
     values = [
@@ -69,35 +66,29 @@ def check_noam(fn) -> str:
     return no("other", f"Not quite: {detail}")
 
 
-def _h(p: float, count: int = 1) -> float:
-    """The entropy (nats) of `count` classes of probability p each."""
-    return -count * p * math.log(p)
-
-
+_h = lambda p, count=1: -count * p * math.log(p)  # the entropy (nats) of `count` classes of probability p each
 # the number each classic mistake computes for V classes and smoothing e, by id
-_FLOOR_MISTAKES = [
-    ("all-but-target", lambda V, e: _h(1 - e) + _h(e / (V - 1), V - 1)),
-    ("bits", lambda V, e: smoothing_floor(V, e) / math.log(2)),
-    ("base-10", lambda V, e: smoothing_floor(V, e) / math.log(10)),
-    ("sign", lambda V, e: -smoothing_floor(V, e)),
-    ("log-v", lambda V, e: math.log(V)),
-    ("no-target-term", lambda V, e: _h(e / V, V - 1)),
-    ("one-other-class", lambda V, e: _h(1 - e + e / V) + _h(e / V)),
-    ("target-share", lambda V, e: _h(1 - e) + _h(e / V, V - 1)),
-    ("fixed-smoothing", lambda V, e: smoothing_floor(V, 0.1)),
-    ("zero", lambda V, e: 0.0),
-]
+_FLOOR_MISTAKES = {
+    "all-but-target": lambda V, e: _h(1 - e) + _h(e / (V - 1), V - 1),
+    "bits": lambda V, e: smoothing_floor(V, e) / math.log(2),
+    "base-10": lambda V, e: smoothing_floor(V, e) / math.log(10),
+    "sign": lambda V, e: -smoothing_floor(V, e),
+    "log-v": lambda V, e: math.log(V),
+    "no-target-term": lambda V, e: _h(e / V, V - 1),
+    "one-other-class": lambda V, e: _h(1 - e + e / V) + _h(e / V),
+    "target-share": lambda V, e: _h(1 - e) + _h(e / V, V - 1),
+    "fixed-smoothing": lambda V, e: smoothing_floor(V, 0.1),
+    "zero": lambda V, e: 0.0,
+}
 _FLOOR_HINTS = {
-    "all-but-target": "That spreads smoothing over the V - 1 wrong classes. This chapter (like PyTorch and tl) spreads "
-    "it over all V classes, the target included: the target gets 1 - smoothing + smoothing / V.",
+    "all-but-target": "That spreads smoothing over V - 1 classes, not V: the target gets 1 - smoothing + smoothing/V.",
     "bits": "That is in bits (log base 2): the loss is in nats, use the natural log.",
     "base-10": "That uses log base 10: the loss is in nats, use the natural log.",
     "sign": "The sign is flipped: the entropy is -sum q log q, a positive number.",
     "log-v": "log V is the loss of a uniform prediction, not the floor: it is the entropy of the smoothed target.",
     "no-target-term": "The target's own term is missing: add -p log p with p = 1 - smoothing + smoothing / V.",
     "one-other-class": "There are V - 1 other classes, each with smoothing / V: multiply their term by V - 1.",
-    "target-share": "The target gets 1 - smoothing + smoothing / V (its share of the uniform part too), "
-    "not 1 - smoothing.",
+    "target-share": "The target gets 1 - smoothing + smoothing / V (its share of the uniform part), not 1 - smoothing.",
     "fixed-smoothing": "Your answer uses smoothing=0.1 whatever smoothing it is given.",
     "zero": "The floor is not 0 with label smoothing: it is the entropy of the smoothed target, -sum q log q.",
 }
@@ -105,30 +96,15 @@ _FLOOR_HINTS = {
 
 @checker
 def check_smoothing_floor(fn) -> str:
-    """fn(vocab_size, smoothing) must equal the entropy of the smoothed target (nats).
-
-    The chapter's convention (PyTorch's and tl's): smoothing is spread over all V classes, so the
-    target gets 1 - smoothing + smoothing / V and each other class smoothing / V.
-    """
+    """fn(vocab_size, smoothing) must equal the entropy (nats) of the target smoothed over all V classes."""
     for V, eps in [(10, 0.1), (42, 0.1), (1000, 0.2), (5, 0.5), (3, 0.9), (77, 0.35)]:
         case = f"V={V}, smoothing={eps}"
         value = measure("the floor", run(fn, V, eps, case=case))[0]
         want = smoothing_floor(V, eps)
-        if near(value, want):
-            continue
-        spot(value, want, [(floor(V, eps), mistake, _FLOOR_HINTS[mistake]) for mistake, floor in _FLOOR_MISTAKES])
-        return no("other", f"Not quite: for {case} expected {want:.4f}, got {value:.4f}.")
+        if not near(value, want):
+            spot(value, want, [(floor(V, eps), m, _FLOOR_HINTS[m]) for m, floor in _FLOOR_MISTAKES.items()])
+            return no("other", f"Not quite: for {case} expected {want:.4f}, got {value:.4f}.")
     return CORRECT
-
-
-def _curve(got) -> list[float] | None:
-    """The learner's losses as a list of floats, or None when got is not a sequence of numbers."""
-    if isinstance(got, torch.Tensor) and got.ndim:
-        got = got.detach().flatten().tolist()
-    if isinstance(got, (list, tuple)):
-        with contextlib.suppress(TypeError, ValueError, RuntimeError):
-            return [float(v) for v in got]
-    return None
 
 
 # a prediction of the logits, under every spelling of the loss (F.cross_entropy, log_softmax, softmax, logsumexp)
@@ -137,14 +113,8 @@ _PREDICTIONS = aten_ops("_log_softmax", "_softmax", "_safe_softmax", "logsumexp"
 
 @checker
 def check_floor_experiment(fn) -> str:
-    """Experiment: fn(vocab_size, smoothing, steps) optimises free logits and returns the loss at every step.
-
-    The checker runs the learner's experiment itself for settings the learner has not seen: the
-    curve must have `steps` losses, start at log(V) (zero logits predict the uniform distribution),
-    never go below the floor, and for long runs reach it. A short run must stay above it, so the
-    closed form or a constant cannot pass; and the code must compute a prediction (a softmax) at
-    least once per step, so a curve drawn from a formula cannot either.
-    """
+    """Experiment: fn(vocab_size, smoothing, steps) optimises free logits and returns the loss at every step."""
+    # unseen settings; the short run must stay above the floor and compute a softmax per step, so no formula passes
     for V, eps, steps in [(8, 0.2, 300), (30, 0.1, 400), (13, 0.45, 300), (50, 0.3, 4)]:
         case = f"vocab_size={V}, smoothing={eps}, steps={steps}"
         # counted on the short run only: a dispatch mode costs time per operation, and a formula computes none
@@ -152,59 +122,50 @@ def check_floor_experiment(fn) -> str:
         with torch.random.fork_rng(), predictions:
             torch.manual_seed(V)
             got = run(fn, V, eps, steps, case=case)
-        curve = _curve(got)
-        floor = smoothing_floor(V, eps)
+        floor, curve = smoothing_floor(V, eps), None
+        if isinstance(got, torch.Tensor) and got.ndim:
+            got = got.detach().flatten().tolist()
+        if isinstance(got, (list, tuple)):
+            with contextlib.suppress(TypeError, ValueError, RuntimeError):  # a list of what is not a number
+                curve = [float(v) for v in got]
+        if curve is None and number(got) is not None and near(number(got), floor):
+            return no("closed-form", "That is the closed form, not a measurement: return the loss at every step.")
         if curve is None:
-            if number(got) is not None and near(number(got), floor):
-                return no(
-                    "closed-form",
-                    "That is the closed form, not a measurement: run the optimisation and return the loss at every "
-                    "step.",
-                )
             return no("not-a-list", "Return the list of losses, one per step, not a single number.")
         if len(curve) != steps:
-            return no(
-                "length", f"For {case} expected {steps} losses, one per step, got {len(curve)}: use the steps argument."
-            )
+            return no("length", f"For {case} expected {steps} losses, one per step, got {len(curve)}: use steps.")
         if not all(math.isfinite(v) for v in curve):
             return no("not-finite", f"For {case} the losses are not all finite: check the learning rate.")
+        if abs(curve[0] - math.log(V)) > 1e-3 and all(abs(v - floor) < 1e-6 for v in curve):
+            return no("floor-repeated", "That is the floor repeated: record the loss the optimiser reaches each step.")
         if abs(curve[0] - math.log(V)) > 1e-3:
-            if all(abs(v - floor) < 1e-6 for v in curve):
-                return no(
-                    "floor-repeated",
-                    "Those are the floor repeated, not a measurement: record the loss the optimiser reaches each step.",
-                )
             return no(
                 "first-loss",
-                f"For {case} the first loss is {curve[0]:.4f}, but zero logits (a uniform prediction) give "
-                f"log(V) = {math.log(V):.4f}: start from torch.zeros(vocab_size) and record the loss before each step.",
+                f"For {case} the first loss is {curve[0]:.4f}, but zero logits give log(V) = {math.log(V):.4f}: start "
+                "from torch.zeros(vocab_size) and record the loss before each step.",
             )
         lowest = min(curve)
         if lowest < floor - 1e-3:
             return no(
                 "below-floor",
-                f"For {case} you report {lowest:.4f}, below the floor {floor:.4f}, which no prediction can "
-                "reach. Is the loss label-smoothed (smoothing=...)?",
+                f"For {case} you report {lowest:.4f}, below the floor {floor:.4f}: label-smooth the loss.",
             )
         if len(set(curve)) == 1:
             return no("flat", f"For {case} the loss never changes: take an optimiser step after each loss.")
         if steps >= 10 and lowest > floor + 0.01:
             return no(
                 "above-floor",
-                f"For {case} the lowest loss was {lowest:.4f}, still above the floor {floor:.4f}: raise the "
-                "learning rate (Adam with lr=0.1 is enough).",
+                f"For {case} the lowest loss {lowest:.4f} stays above the floor {floor:.4f}: raise the learning rate.",
             )
         if steps < 10 and predictions.count < steps:
             return no(
                 "formula",
-                f"For {case} your code computed {predictions.count} predictions (softmaxes) for {steps} losses: a "
-                "curve written from a formula is not a measurement. Compute the loss of the current logits at "
-                "every step, then take an optimiser step.",
+                f"For {case} your code computed {predictions.count} softmaxes for {steps} losses: compute the loss of "
+                "the current logits at every step, not a curve from a formula.",
             )
         if steps < 10 and abs(curve[-1] - floor) < 1e-6:
             return no(
                 "ends-on-floor",
-                f"For {case} your curve ends exactly on the floor after {steps} steps, which no optimiser "
-                "reaches that fast: return the losses you measured, not the formula.",
+                f"For {case} your curve ends exactly on the floor after {steps} steps: return the losses you measured.",
             )
     return CORRECT

@@ -15,26 +15,19 @@ from ._match import expect_tensor, same, spot
 __all__ = ["check_mean_pool", "check_pre_ln_layer", "check_first_pool", "check_head_ablation"]
 
 
-def _pool_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(name, hidden, ids, mask): shapes, widths, pad ids and padding amounts all vary; data is random."""
-    g = torch.Generator().manual_seed(3)
-    cases = []
-    for B, S, d, pad, lengths in ((3, 5, 4, 0, [5, 2, 1]), (4, 7, 6, 3, [3, 7, 5, 1]), (2, 6, 10, 11, [6, 4])):
-        hidden = torch.randn(B, S, d, generator=g) * 2 + 0.5
-        ids = torch.randint(0, 20, (B, S), generator=g)
-        ids[ids == pad] = pad + 1  # real tokens never use the pad id
-        for b, n in enumerate(lengths):
-            ids[b, n:] = pad
-        cases.append((f"hidden of shape ({B}, {S}, {d}) padded with pad id {pad}", hidden, ids, padding_mask(ids, pad)))
-    return cases
-
-
 @checker
 def check_mean_pool(fn) -> str:
     """fn(hidden (B, S, d), mask (B, 1, 1, S)) must average the real positions, (B, d)."""
-    for case, hidden, _ids, mask in _pool_cases():
-        keep = mask[:, 0, 0, :, None].double()  # (B, S, 1)
-        h = hidden.double()
+    g = torch.Generator().manual_seed(3)
+    # shapes, widths, pad ids and padding amounts all vary; data is random
+    for B, S, d, pad, lengths in ((3, 5, 4, 0, [5, 2, 1]), (4, 7, 6, 3, [3, 7, 5, 1]), (2, 6, 10, 11, [6, 4])):
+        case = f"hidden of shape ({B}, {S}, {d}) padded with pad id {pad}"
+        hidden = torch.randn(B, S, d, generator=g) * 2 + 0.5
+        ids = torch.randint(0, 20, (B, S), generator=g)
+        ids[ids == pad] = pad + 1  # real tokens never use the pad id
+        ids[torch.arange(S) >= torch.tensor(lengths)[:, None]] = pad  # sequence b is lengths[b] tokens long
+        mask = padding_mask(ids, pad)
+        keep, h = mask[:, 0, 0, :, None].double(), hidden.double()  # keep: (B, S, 1)
         want = (h * keep).sum(1) / keep.sum(1)
         got = run(fn, hidden.clone(), mask.clone(), case=case)
         expect_tensor(got, want, case)
@@ -43,49 +36,19 @@ def check_mean_pool(fn) -> str:
         pads = (h * (1 - keep)).sum(1) / (1 - keep).sum(1).clamp(min=1)
         mistakes = [
             (h.mean(1), "padding-averaged", "The padding is averaged in: weight positions by the mask."),
-            ((h * keep).sum(1) / h.shape[1], "divided-by-S", "Almost: divide by the number of real tokens, not by S."),
+            ((h * keep).sum(1) / S, "divided-by-S", "Almost: divide by the number of real tokens, not by S."),
             ((h * keep).sum(1), "sum", "That is the sum of the real positions: divide by how many there are."),
             (pads, "pads-only", "Upside down: you averaged the pads only."),
             (h[:, 0], "first-position", "That is the first position only: average over every real position."),
         ]
         spot(got, want, mistakes)
-        return no(
-            "other",
-            f"Not the mean over the real positions on {case}: sum hidden where the mask is True, "
-            "divide by the number of True positions.",
-        )
+        return no("other", f"Not the mean over the real positions on {case}: divide their sum by their number.")
     return CORRECT
-
-
-def _randomise_norms(layer: torch.nn.Module, g: torch.Generator) -> None:
-    """Give norm1 and norm2 different random gains and biases, so that mixing them up shows."""
-    with torch.no_grad():
-        for name in ("norm1", "norm2"):
-            norm = getattr(layer, name, None)
-            for p in norm.parameters() if norm is not None else ():
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1.0 if p.ndim and p is norm.weight else 0.0))
-
-
-_PRE_LN_HINTS = {
-    "post-ln": "That is the post-LN order: normalise before each sublayer instead.",
-    "norm1-twice": "You used norm1 for both sublayers: the feed-forward reads norm2(z).",
-    "norm2-twice": "You used norm2 for both sublayers: attention reads norm1(x).",
-    "norms-swapped": "norm1 and norm2 are swapped: norm1 before attention, norm2 before the feed-forward.",
-    "no-attention-residual": "The attention sublayer has lost its residual: z = x + attn(norm1(x)).",
-    "no-ff-residual": "The feed-forward has lost its residual: out = z + ff(norm2(z)).",
-    "final-norm": "Pre-LN does not normalise the output: out = z + ff(norm2(z)), no norm after.",
-    "ff-reads-x": "The feed-forward reads norm2(z), z = x + attention, not norm2(x).",
-    "mask-ignored": "The mask is ignored: pass it to self_attn so that padding is not attended to.",
-}
 
 
 @checker
 def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module]) -> str:
-    """fn(layer, x, mask) must run a layer's parts in pre-LN order; make_layer builds the learner's layer class.
-
-    The checker builds layers of several widths, gives norm1 and norm2 different random weights and
-    biases, and compares with x + attn(norm1(x)); then + ff(norm2(.)), built from the same parts.
-    """
+    """fn(layer, x, mask) must run a layer's parts in pre-LN order; make_layer builds the learner's layer class."""
     g = torch.Generator().manual_seed(4)
     for d, h, d_ff, B, S, pad in ((16, 2, 32, 2, 5, 0), (24, 3, 40, 3, 7, 2), (12, 4, 20, 2, 6, 9)):
         case = f"a layer with d_model={d}, num_heads={h}, d_ff={d_ff} on x of shape ({B}, {S}, {d})"
@@ -93,7 +56,11 @@ def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module
             with torch.random.fork_rng():  # building layers draws from torch's global generator
                 torch.manual_seed(d)
                 layer = make_layer(d, h, d_ff).eval()
-            _randomise_norms(layer, g)
+            with torch.no_grad():  # norm1 and norm2 get different random gains and biases, so mixing them up shows
+                for norm in (getattr(layer, "norm1", None), getattr(layer, "norm2", None)):
+                    for p in norm.parameters() if norm is not None else ():
+                        centre = 1.0 if p.ndim and p is norm.weight else 0.0  # gains around 1, biases around 0
+                        p.copy_(torch.randn(p.shape, generator=g) * 0.5 + centre)
         except Exception as error:  # the learner's layer class is part of the answer
             return no("raised", f"Building your layer class raised {type(error).__name__} for {case}: {error}")
         x = torch.randn(B, S, d, generator=g) * 1.5 + 0.3
@@ -101,29 +68,30 @@ def check_pre_ln_layer(fn, make_layer: Callable[[int, int, int], torch.nn.Module
         ids[ids == pad] = pad + 1
         ids[-1, S - 2 :] = pad
         mask = padding_mask(ids, pad)
-        A = lambda q, m=mask, attn=layer.self_attn: attn(q, q, q, m)[0]  # noqa: E731
+        A = lambda q, m=mask, attn=layer.self_attn: attn(q, q, q, m)[0]
         F_, n1, n2 = layer.feed_forward, layer.norm1, layer.norm2
         with torch.no_grad():
-            z = x + A(n1(x))
+            a = A(n1(x))
+            z = x + a
             want = z + F_(n2(z))
             got = run(fn, layer, x.clone(), mask.clone(), case=case)
             expect_tensor(got, want, case)
             if same(got, want, atol=1e-4):
                 continue
             post = n1(x + A(x))
-            z1, z2, zs = x + A(n1(x)), x + A(n2(x)), x + A(n1(x), None)
-            mistakes = {
-                "post-ln": n2(post + F_(post)),
-                "norm1-twice": z1 + F_(n1(z1)),
-                "norm2-twice": z2 + F_(n2(z2)),
-                "norms-swapped": z2 + F_(n1(z2)),
-                "no-attention-residual": A(n1(x)) + F_(n2(A(n1(x)))),
-                "no-ff-residual": F_(n2(z1)),
-                "final-norm": n2(z1 + F_(n2(z1))),
-                "ff-reads-x": z1 + F_(n2(x)),
-                "mask-ignored": zs + F_(n2(zs)),
-            }
-            spot(got, want, [(wrong, m, _PRE_LN_HINTS[m]) for m, wrong in mistakes.items()], atol=1e-4)
+            z2, zs = x + A(n2(x)), x + A(n1(x), None)
+            mistakes = [
+                (n2(post + F_(post)), "post-ln", "That is the post-LN order: normalise before each sublayer instead."),
+                (z + F_(n1(z)), "norm1-twice", "You used norm1 for both sublayers: the feed-forward reads norm2(z)."),
+                (z2 + F_(n2(z2)), "norm2-twice", "You used norm2 for both sublayers: attention reads norm1(x)."),
+                (z2 + F_(n1(z2)), "norms-swapped", "norm1 and norm2 are swapped: norm1 before attention, norm2 after."),
+                (a + F_(n2(a)), "no-attention-residual", "Attention has lost its residual: z = x + attn(norm1(x))."),
+                (F_(n2(z)), "no-ff-residual", "The feed-forward has lost its residual: out = z + ff(norm2(z))."),
+                (n2(z + F_(n2(z))), "final-norm", "Pre-LN does not normalise the output: out = z + ff(norm2(z))."),
+                (z + F_(n2(x)), "ff-reads-x", "The feed-forward reads norm2(z), z = x + attention, not norm2(x)."),
+                (zs + F_(n2(zs)), "mask-ignored", "The mask is ignored: pass it to self_attn to skip the padding."),
+            ]
+            spot(got, want, mistakes, atol=1e-4)
         return no("other", f"Not quite the pre-LN order on {case}: z = x + attn(norm1(x)); out = z + ff(norm2(z)).")
     return CORRECT
 
@@ -140,10 +108,7 @@ def check_first_pool(fn) -> str:
         if isinstance(got, torch.Tensor) and got.shape == (B, 1, d):
             return no("kept-axis", "Keep one vector per sequence, (B, d): index hidden[:, 0], not hidden[:, :1].")
         if isinstance(got, torch.Tensor) and got.shape == (S, d) != want.shape:
-            return no(
-                "first-sequence",
-                "That is the first sequence of the batch: take position 0 of every sequence, hidden[:, 0].",
-            )
+            return no("first-sequence", "That is the first sequence: take position 0 of every one, hidden[:, 0].")
         expect_tensor(got, want, case)
         if same(got, want):
             continue
@@ -173,20 +138,14 @@ def _accuracy_without_head(model, x, y, layer: int, head: int) -> float:
 
 @checker
 def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
-    """Experiment: fn(model, x, y, layer, head) measures the accuracy with that head switched off.
-
-    The checker runs the learner's measurement itself on two random subsets of the data that the
-    learner has not seen, for the three heads whose removal matters most there and three drawn at
-    random, switches the same heads off itself, compares the accuracies, and checks that the model is
-    left as it was found. A typed number cannot pass. (Subsets and a sample of heads keep the check
-    to about a second.)
-    """
+    """Experiment: fn(model, x, y, layer, head) measures the accuracy with that head switched off."""
+    # unseen subsets, the 3 heads that matter most and 3 drawn at random (about a second): no typed number passes
     device = next(model.parameters()).device
     x, y = x.to(device), y.to(device)
     before = [p.detach().clone() for p in model.parameters()]
     model.eval()
-    g = torch.Generator().manual_seed(len(y))
     n = len(y)
+    g = torch.Generator().manual_seed(n)
     sizes = (min(max(2 * n // 3, 2), 240), min(max(n // 2, 2), 160))
     subsets = [(f"a random subset of {size} examples", torch.randperm(n, generator=g)[:size]) for size in sizes]
     heads = [(i, j) for i, lyr in enumerate(model.encoder.layers) for j in range(lyr.self_attn.num_heads)]
@@ -195,10 +154,10 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
     effect = {h: abs(full - _accuracy_without_head(model, x[first], y[first], *h)) for h in heads}
     ranked = sorted(heads, key=lambda h: -effect[h])  # the heads whose removal matters most first
     drawn = [heads[i] for i in torch.randperm(len(heads), generator=g)[:3].tolist()]
-    chosen = list(dict.fromkeys(ranked[:3] + drawn))
     for where, index in subsets:
         xs, ys = x[index.to(device)], y[index.to(device)]
-        for layer, head in chosen:
+        half = 0.5 / len(ys)  # half an example: float32 means round 38/80 to 0.47499999
+        for layer, head in dict.fromkeys(ranked[:3] + drawn):
             case = f"layer {layer}, head {head} on {where}"
             try:
                 value = measure("the accuracy", run(fn, model, xs, ys, layer, head, case=case))[0]
@@ -213,43 +172,35 @@ def check_head_ablation(fn, model, x: torch.Tensor, y: torch.Tensor) -> str:
             if abs(value - want) <= 1.5 / len(ys):  # one borderline example may round the other way
                 continue
             full = classification_accuracy(model, xs, ys)
-            half = 0.5 / len(ys)  # half an example: float32 means round 38/80 to 0.47499999
             if abs(value - full) < half and abs(want - full) > half:
                 return no(
-                    "all-heads-on",
-                    f"On {case}: that is the accuracy with every head on ({full:.4f}): zero the head's output first.",
+                    "all-heads-on", f"On {case}: {full:.4f} is the accuracy with every head on: zero the head's output."
                 )
             if abs(value - 100 * want) <= 150 / len(ys) and want > 0:
-                return no(
-                    "percentage", f"On {case}: that is a percentage ({value:.2f}); return the accuracy as a fraction."
-                )
+                return no("percentage", f"On {case}: that is a percentage ({value:.2f}): return a fraction.")
             if abs(value - (1 - want)) <= 1.5 / len(ys):
-                return no(
-                    "error-rate", f"On {case}: that is the error rate ({value:.4f}), 1 - accuracy; return the accuracy."
-                )
+                return no("error-rate", f"On {case}: that is the error rate ({value:.4f}): return 1 - that.")
             on_all = _accuracy_without_head(model, x, y, layer, head)
             if abs(value - on_all) < half and abs(want - on_all) > half:
                 return no(
                     "given-data-ignored",
-                    f"On {case}: {value:.4f} is the accuracy on all the chapter's examples. The checker runs your "
-                    f"measurement on data of its own: measure on the {len(ys)} examples you are given (xs, ys).",
+                    f"On {case}: {value:.4f} is the accuracy on all the chapter's examples: measure on the {len(ys)} "
+                    "examples you are given (xs, ys), as the checker runs your measurement on data of its own.",
                 )
             other = next(i for w, i in subsets if w != where).to(device)
             other_want = _accuracy_without_head(model, x[other], y[other], layer, head)
             again = None
             with contextlib.suppress(Wrong):
                 again = measure("", run(fn, model, x[other], y[other], layer, head, case=case))[0]
+            expected = f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}"
             if abs(other_want - want) > half and again == value:
                 return no(
                     "not-measured",
-                    f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}, and the same "
-                    "number again on other examples. The checker runs your measurement on data of its own, so "
-                    "it must measure, not return a number.",
+                    f"{expected}, and the same number on other examples: it must measure, not return a number.",
                 )
             return no(
                 "other",
-                f"On {case}: expected accuracy {want:.4f} with the head off, got {value:.4f}. Zero the head's "
-                "d_k columns of out_proj.weight (the part that reads its output), measure on the examples you "
-                "are given, then put the weights back.",
+                f"{expected}. Zero the head's d_k columns of out_proj.weight (the part that reads its output), "
+                "measure on the examples you are given, then put the weights back.",
             )
     return CORRECT

@@ -15,20 +15,41 @@ from ._match import expect_tensor, same, spot
 
 __all__ = ["check_rotary_rows", "check_top_k_gates", "check_int8_rows", "check_expert_use"]
 
-
-def _hinted(mistakes: list[tuple], hints: dict[str, str]) -> list[tuple]:
-    """(wrong result, id) pairs as `spot` reads them: (wrong result, id, the id's hint)."""
-    return [(wrong, mistake, hints[mistake]) for wrong, mistake in mistakes]
-
-
-# ---- the two rotary layouts ---------------------------------------------------------------------
+_HINTS = {  # by id, the mistakes named whatever the input, in the order of the checkers
+    "interleaved": "The classic mistake: the rows are still interleaved. A rotate-half model then pairs row i with "
+    "row i + rotary_dim/2, which were not a pair, and gives other logits without any error.",
+    "inverse": "That is the inverse order (rotate-half to interleaved): new row j of a head should be its old "
+    "row order[j], with order = the even rows 0, 2, 4, ..., then the odd rows 1, 3, 5, ...",
+    "whole-matrix": "You reordered the whole matrix as one block: reorder within each head, whose d_k rows pair up.",
+    "past-rotary-dim": "Only the first rotary_dim rows of each head turn: rows past rotary_dim stay where they are.",
+    "first-head-only": "Only the first head was reordered: every head's block of d_k rows needs the same reordering.",
+    "columns": "You reordered the columns (input features): the pairs are rows, the projections' output features.",
+    "not-renormalised": "The gates do not sum to 1: divide the top k probabilities by their sum, as Mixtral does.",
+    "softmax-axis": "The softmax ran over the tokens (dim 0): take it over each token's experts (the last dimension).",
+    "raw-logits": "Those gates are raw logits: turn them into probabilities with a softmax first.",
+    "least-likely": "You kept the k least likely experts: topk's default (largest=True) gives the likeliest.",
+    "all-experts": "Every expert got a gate: keep only each token's k likeliest experts and set the rest to 0.",
+    "per-column": "Those are scales per column (input feature): per channel means one per row, max over dim 1.",
+    "no-127": "The scale is the row's largest magnitude: divide it by 127, so the row uses -127..127.",
+    "by-255": "Divide by 127, not 255: symmetric int8 uses -127..127, so 127 is the largest step count.",
+    "by-128": "Divide by 127, not 128: with 128 the largest weight would round to 128, past int8.",
+    "not-absolute": "Use the largest *absolute* value: max misses large negative weights.",
+    "per-tensor": "One scale for the whole matrix is per-tensor: per channel means one per row (output feature).",
+    "truncated": "The values were truncated towards zero: round them to the nearest integer first (torch.round).",
+    "floor": "The values were rounded down (floor): round them to the nearest integer (torch.round).",
+    "first-choice": "You counted only each token's first choice: with top-k routing each of its k slots counts.",
+    "mean-probability": "That is the router's mean probability per expert (P in the balancing loss), not the share of "
+    "routing slots each expert got (f): count the experts each token was sent to.",
+    "counts": "Those are counts: divide each layer's counts by its number of slots (tokens x k).",
+    "per-token": "Each layer's shares should sum to 1: divide by the number of slots (tokens x k), not of tokens.",
+    "reversed-layers": "The layers are in reverse order: row i is layer i, from the input up.",
+    "uniform": "Your answer gives every expert 1/E, the balanced ideal: measure what the model's routers do.",
+}
 
 
 def _reorder(weight: torch.Tensor, num_heads: int, order: torch.Tensor) -> torch.Tensor:
     """Each head's block of d_k rows reordered by `order` (d_k,): new row j of a head is its old row order[j]."""
-    d_k = weight.shape[0] // num_heads
-    rows = (torch.arange(num_heads)[:, None] * d_k + order).flatten()  # (num_heads * d_k,)
-    return weight[rows]
+    return weight.unflatten(0, (num_heads, -1))[:, order].flatten(0, 1)  # (num_heads, d_k, d_in), then back
 
 
 def _to_half(d_k: int, r: int) -> torch.Tensor:
@@ -36,30 +57,11 @@ def _to_half(d_k: int, r: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, d_k)))
 
 
-_ROTARY_HINTS = {
-    "interleaved": "The classic mistake: the rows are still in the interleaved order. A rotate-half model then pairs "
-    "row i with row i + rotary_dim/2, which were not a pair, and gives other logits without any error.",
-    "inverse": "That is the inverse order (rotate-half to interleaved): new row j of a head should be its old "
-    "row order[j], with order = the even rows 0, 2, 4, ..., then the odd rows 1, 3, 5, ...",
-    "whole-matrix": "You reordered the whole matrix as one block: each head has its own d_k rows and its own pairs, "
-    "so reorder within each head.",
-    "past-rotary-dim": "Only the first rotary_dim rows of each head are turned: rows past rotary_dim stay where they "
-    "are.",
-    "first-head-only": "Only the first head was reordered: every head's block of d_k rows needs the same reordering.",
-    "columns": "You reordered the columns (the input features): the pairs are rows of the query and key "
-    "projections, their output features.",
-}
-
-
 @checker
 def check_rotary_rows(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> str:
-    """fn(weight (num_heads * d_k, d_in), num_heads, rotary_dim) -> the rows of each head moved from the
-    interleaved layout (pairs 2i, 2i + 1) to rotate-half (pairs i, i + rotary_dim / 2).
-
-    Written by hand: tl.rotary_permutation and tl.hf.with_rotary_layout refuse to run during the check.
-    """
+    """fn(weight (num_heads * d_k, d_in), num_heads, rotary_dim) -> weight, each head's rows in rotate-half order."""
     g = _seeded(14)
-    forbidden = (positional.rotary_permutation, hf.with_rotary_layout)
+    forbidden = (positional.rotary_permutation, hf.with_rotary_layout)  # written by hand: these refuse
     names = "tl.rotary_permutation or tl.hf.with_rotary_layout"
     for num_heads, d_k, r, d_in in ((2, 8, 8, 6), (3, 6, 4, 5), (1, 12, 12, 7), (4, 10, 6, 3)):
         weight = torch.randn(num_heads * d_k, d_in, generator=g)
@@ -69,61 +71,32 @@ def check_rotary_rows(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> s
         expect_tensor(got, want, case)
         if same(got, want, atol=0, rtol=0):
             continue
-        whole = torch.cat((torch.arange(0, num_heads * d_k, 2), torch.arange(1, num_heads * d_k, 2)))
         mistakes = [
             (weight, "interleaved"),
             (_reorder(weight, num_heads, torch.argsort(_to_half(d_k, r))), "inverse"),
-            (weight[whole], "whole-matrix"),
+            (weight[_to_half(num_heads * d_k, num_heads * d_k)], "whole-matrix"),  # all heads' rows as one block
             (_reorder(weight, num_heads, _to_half(d_k, d_k)), "past-rotary-dim"),
-            (torch.cat((_reorder(weight[:d_k], 1, _to_half(d_k, r)), weight[d_k:])), "first-head-only"),
+            (torch.cat((weight[:d_k][_to_half(d_k, r)], weight[d_k:])), "first-head-only"),
             (weight[:, _to_half(d_in, d_in)], "columns"),
         ]
-        spot(got, want, _hinted(mistakes, _ROTARY_HINTS), atol=0)
+        spot(got, want, [(wrong, mistake, _HINTS[mistake]) for wrong, mistake in mistakes], atol=0)
         if sorted(got[:, 0].tolist()) == sorted(weight[:, 0].tolist()):
-            return no(
-                "row-order",
-                f"On {case} the rows are there but in another order: within each head, the even rows, then the odd.",
-            )
-        return no(
-            "other", f"Not the reordered rows on {case}: return weight with each head's rows in the rotate-half order."
-        )
+            return no("row-order", f"On {case} the rows are in another order: per head, the even rows, then the odd.")
+        return no("other", f"Not the reordered rows on {case}: each head's rows in the rotate-half order.")
     return CORRECT
 
 
-# ---- top-k routing ------------------------------------------------------------------------------
-
-
-def _dense(values: torch.Tensor, chosen: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """values and chosen (N, k) -> (N, E) with values at the chosen experts and 0 elsewhere."""
-    return torch.zeros(chosen.shape[0], num_experts, dtype=values.dtype).scatter(1, chosen, values)
-
-
-def _gates(probs: torch.Tensor, k: int, largest: bool = True) -> torch.Tensor:
-    """probs (N, E) -> (N, E): each row's k largest (or smallest) probabilities divided by their sum, 0 elsewhere."""
-    top, chosen = probs.topk(k, dim=-1, largest=largest)
-    return _dense(top / top.sum(-1, keepdim=True), chosen, probs.shape[-1])
-
-
-_GATE_HINTS = {
-    "not-renormalised": "The gates do not sum to 1: after keeping the top k probabilities, divide them by their sum "
-    "(renormalise), as Mixtral does.",
-    "softmax-axis": "The softmax ran over the tokens (dim 0): each token's router scores its experts, so take the "
-    "softmax over the experts (the last dimension).",
-    "raw-logits": "Those gates are raw logits: turn them into probabilities with a softmax first.",
-    "least-likely": "You kept the k least likely experts: topk's default (largest=True) gives the likeliest.",
-    "all-experts": "Every expert got a gate: keep only each token's k likeliest experts and set the rest to 0.",
-}
+def _gates(probs: torch.Tensor, k: int, largest: bool = True, renormalise: bool = True) -> torch.Tensor:
+    """probs (N, E) -> (N, E): each row's k largest (or smallest) probabilities, divided by their sum, 0 elsewhere."""
+    top, chosen = probs.topk(k, dim=-1, largest=largest)  # (N, k)
+    return torch.zeros_like(probs).scatter(1, chosen, top / top.sum(-1, keepdim=True) if renormalise else top)
 
 
 @checker
 def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
-    """fn(router logits (N, E), k) -> gates (N, E): each token's k likeliest experts get their softmax
-    probabilities renormalised to sum to 1; every other expert gets 0.
-
-    The library's router (tl.moe.MoEFeedForward.route) refuses to run during the check.
-    """
+    """fn(router logits (N, E), k) -> gates (N, E): the k likeliest experts' probabilities renormalised, others 0."""
     g = _seeded(15)
-    forbidden = (moe.MoEFeedForward.route,)
+    forbidden = (moe.MoEFeedForward.route,)  # the library's router refuses
     for n, e, k in ((6, 4, 2), (5, 8, 3), (7, 3, 1), (4, 5, 5)):
         logits = torch.randn(n, e, generator=g) * 2
         case = f"logits of shape ({n}, {e}) with k={k}"
@@ -134,62 +107,35 @@ def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
         if same(got, want, atol=1e-5):
             continue
         mistakes = [
-            (_dense(*probs.topk(k, dim=-1), e), "not-renormalised"),
+            (_gates(probs, k, renormalise=False), "not-renormalised"),
             (_gates(logits.double().softmax(0), k), "softmax-axis"),  # over the tokens, then the same steps
-            (_dense(*logits.double().topk(k, dim=-1), e), "raw-logits"),
+            (_gates(logits.double(), k, renormalise=False), "raw-logits"),
             (_gates(probs, k, largest=False), "least-likely"),
             (probs, "all-experts"),
+            (_gates(probs, min(2, e)), "fixed-k"),
         ]
-        fixed = (
-            _gates(probs, min(2, e)),
-            "fixed-k",
-            f"Your answer keeps 2 experts whatever k is ({case}): use the k it is given.",
-        )
-        spot(got, want, [*_hinted(mistakes, _GATE_HINTS), fixed], atol=1e-5)
+        hints = _HINTS | {"fixed-k": f"Your answer keeps 2 experts whatever k is ({case}): use the k it is given."}
+        spot(got, want, [(wrong, mistake, hints[mistake]) for wrong, mistake in mistakes], atol=1e-5)
         if ((got != 0).sum(-1) == k).all() and ((got != 0) == (want != 0)).all():
-            return no(
-                "wrong-gates",
-                f"On {case} you chose the right experts, but their gates are not the renormalised probabilities.",
-            )
+            return no("wrong-gates", f"On {case} right experts, wrong gates: use their renormalised probabilities.")
         return no("other", f"Not the gates on {case}: softmax over experts, keep the top k, divide them by their sum.")
     return CORRECT
 
 
-# ---- int8 ---------------------------------------------------------------------------------------
-
-
-_INT8_HINTS = {
-    "per-column": "Those are scales per column (input feature): per channel means one per row, max over dim 1.",
-    "no-127": "The scale is the row's largest magnitude: divide it by 127, so the row uses -127..127.",
-    "by-255": "Divide by 127, not 255: symmetric int8 uses -127..127, so 127 is the largest step count.",
-    "by-128": "Divide by 127, not 128: with 128 the largest weight would round to 128, past int8.",
-    "not-absolute": "Use the largest *absolute* value: max misses large negative weights.",
-    "per-tensor": "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
-    "row (output feature).",
-    "truncated": "The values were truncated towards zero: round them to the nearest integer first (torch.round).",
-    "floor": "The values were rounded down (floor): round them to the nearest integer (torch.round).",
-}
-
-
 @checker
 def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> str:
-    """fn(weight (out, in)) -> (q (out, in) int8, scale (out,) or (out, 1)): per-row symmetric int8,
-    scale = (the row's largest absolute value) / 127 and q = round(weight / scale). A row of zeros may take
-    any positive scale.
-
-    Written by hand: tl.quantization.quantize_per_channel and torch.quantize_per_channel refuse to run.
-    """
+    """fn(weight (out, in)) -> (q int8, scale (out,) or (out, 1)): per-row symmetric int8, scale = row absmax / 127."""
     g = _seeded(16)
     cases = []
     for out, inp in ((4, 6), (7, 3), (5, 9)):
         w = torch.randn(out, inp, generator=g) * torch.rand(out, 1, generator=g) * 3  # rows of different sizes
         cases.append((f"a weight of shape ({out}, {inp})", w))
     w = torch.randn(6, 5, generator=g)
-    w[2] = 0.0  # a row of zeros: dividing by its absmax gives NaN
+    w[2] = 0.0  # a row of zeros: dividing by its absmax gives NaN; it may take any positive scale
     w[4, 1] = -4.0  # a row whose largest magnitude is negative
     cases.append(("a weight of shape (6, 5) with a row of zeros and a large negative weight", w))
     guarded = refusing(fn, torch.quantize_per_channel, ops=aten_ops("quantize_per_channel"))
-    forbidden = (quantization.quantize_per_channel,)
+    forbidden = (quantization.quantize_per_channel,)  # written by hand: this and torch's quantizer refuse
     for case, weight in cases:
         w = weight.double()
         absmax = w.abs().amax(dim=1, keepdim=True)  # (out, 1)
@@ -197,27 +143,18 @@ def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tenso
         want = torch.round(w / scale).clamp(-127, 127)
         got = run(guarded, weight.clone(), case=case, forbidden=forbidden, names="the library's quantizer")
         if not (isinstance(got, tuple) and len(got) == 2):
-            return no(
-                "not-a-pair", f"Return two things, (q, scale); on {case} your answer returned a {type(got).__name__}."
-            )
+            return no("not-a-pair", f"Return (q, scale); on {case} your answer returned a {type(got).__name__}.")
         q, s = got
         expect_tensor(q, want, case)
-        if not isinstance(s, torch.Tensor) or s.numel() != weight.shape[0]:
-            if isinstance(s, torch.Tensor) and s.numel() == 1:
-                return no(
-                    "per-tensor",
-                    "One scale for the whole matrix is per-tensor quantization: per channel means one scale per "
-                    "row (output feature), so a row of small weights keeps its precision.",
-                )
-            if isinstance(s, torch.Tensor) and s.numel() == weight.shape[1]:
-                return no("per-column", _INT8_HINTS["per-column"])
+        count = s.numel() if isinstance(s, torch.Tensor) else None
+        if count != weight.shape[0]:
+            if count in (1, weight.shape[1]):  # one scale for the whole matrix, or one per column
+                mistake = "per-tensor" if count == 1 else "per-column"
+                return no(mistake, _HINTS[mistake])
             return no("scale-count", f"Return one scale per row: {weight.shape[0]} numbers on {case}.")
         s = s.double().reshape(-1, 1)  # (out, 1)
         if not torch.isfinite(q.double()).all() or not torch.isfinite(s).all():
-            return no(
-                "not-finite",
-                f"On {case} your answer has NaN or inf: a row of zeros must not divide by zero (give it scale 1).",
-            )
+            return no("not-finite", f"On {case} your answer has NaN or inf: give a row of zeros scale 1, not 0 / 0.")
         if q.dtype != torch.int8:
             return no("dtype", f"q has dtype {q.dtype}: store it as torch.int8 (one byte per weight) after rounding.")
         if not (s > 0).all():
@@ -233,71 +170,40 @@ def check_int8_rows(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tenso
             ]
             for bad, mistake in wrong_scales:
                 if torch.allclose(s[rows], bad[rows], rtol=1e-5, atol=0):
-                    return no(mistake, _INT8_HINTS[mistake])
+                    return no(mistake, _HINTS[mistake])
             return no("wrong-scale", f"On {case} the scales are not each row's largest absolute value / 127.")
         if torch.equal(q.double()[rows], want[rows]) and (q[~rows] == 0).all():
             continue
         for rounding, mistake in ((torch.trunc, "truncated"), (torch.floor, "floor")):
             if torch.equal(q.double(), rounding(w / scale).clamp(-127, 127)):
-                return no(mistake, _INT8_HINTS[mistake])
+                return no(mistake, _HINTS[mistake])
         return no("other", f"On {case} q is not round(weight / scale) for each row.")
     return CORRECT
 
 
-# ---- experiment: expert use ---------------------------------------------------------------------
-
-
-def _moe_model(seed: int, num_experts: int, top_k: int, num_layers: int, vocab: int = 20) -> DecoderOnlyLM:
-    """A small random MoE language model; a few routers are pushed towards one expert, so layers differ."""
+def _moe_model(seed: int, e: int, k: int, layers: int, vocab: int = 20) -> DecoderOnlyLM:
+    """A small random MoE language model (e experts, top-k); routers pushed towards one expert, so layers differ."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = DecoderOnlyLM(
-            TransformerConfig(
-                vocab_size=vocab,
-                d_model=16,
-                num_heads=2,
-                num_layers=num_layers,
-                d_ff=8,
-                max_len=32,
-                dropout=0.1,  # the measurement must run the model in eval mode to be repeatable
-                norm_first=True,
-                num_experts=num_experts,
-                experts_per_token=top_k,
-            )
-        )
+        base = TransformerConfig(vocab_size=vocab, d_model=16, num_heads=2, num_layers=layers, d_ff=8, max_len=32)
+        # dropout is on: the measurement must run the model in eval mode to be repeatable
+        model = DecoderOnlyLM(base.replace(dropout=0.1, norm_first=True, num_experts=e, experts_per_token=k))
         with torch.no_grad():
             for i, m in enumerate(x for x in model.modules() if isinstance(x, moe.MoEFeedForward)):
                 m.router.weight.mul_(3.0 + 2 * i)  # sharper routers: the layers' shares differ a lot
-                m.router.weight[i % num_experts] += 0.5  # and one favourite expert per layer
+                m.router.weight[i % e] += 0.5  # and one favourite expert per layer
     return model.train()  # handed over in training mode, as a model is after fit
-
-
-_USE_HINTS = {
-    "first-choice": "You counted only each token's first choice: with top-k routing every token fills k slots, and "
-    "each of them counts.",
-    "mean-probability": "That is the router's mean probability per expert (P in the balancing loss), not the share of "
-    "routing slots each expert got (f): count the experts each token was sent to.",
-    "counts": "Those are counts: divide each layer's counts by its number of slots (tokens x k).",
-    "per-token": "Each layer's shares should sum to 1: divide by the number of slots (tokens x k), not of tokens.",
-    "reversed-layers": "The layers are in reverse order: row i is layer i, from the input up.",
-    "uniform": "Your answer gives every expert 1/E, the balanced ideal: measure what the model's routers do.",
-}
 
 
 @checker
 def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> str:
-    """Experiment: fn(model, ids (B, T)) -> (MoE layers, E): each layer's share of routing slots per expert.
-
-    The checker runs fn on models and token batches of its own (other numbers of experts, top-k and
-    layers), and compares with its own measurement. tl.moe.expert_use refuses to run.
-    """
-    forbidden = (moe.expert_use,)
+    """Experiment: fn(model, ids (B, T)) -> (MoE layers, E): each layer's share of routing slots per expert."""
+    forbidden = (moe.expert_use,)  # the checker's own models (other E, top-k and depths); tl.moe.expert_use refuses
     for seed, e, k, layers, (b, t) in ((0, 4, 2, 3, (3, 10)), (1, 6, 1, 2, (2, 16)), (2, 5, 3, 4, (4, 7))):
         model = _moe_model(seed, e, k, layers)
         ids = torch.randint(0, 20, (b, t), generator=_seeded(100 + seed))
         case = f"a model of {layers} MoE layers, {e} experts, top-{k}, on ids of shape {(b, t)}"
-        model.eval()
-        with torch.no_grad(), moe.router_logits(model) as logits:
+        with torch.no_grad(), moe.router_logits(model.eval()) as logits:
             model(ids)
         model.train()
         want = torch.stack([moe.expert_shares(layer, k) for layer in logits]).double()  # (L, E)
@@ -318,21 +224,13 @@ def check_expert_use(fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> s
             (want.flip(0), "reversed-layers"),
             (torch.full_like(want, 1 / e), "uniform"),
         ]
-        spot(got, want, _hinted(mistakes, _USE_HINTS), atol=1e-6)
-        try:
+        spot(got, want, [(wrong, mistake, _HINTS[mistake]) for wrong, mistake in mistakes], atol=1e-6)
+        try:  # a second run, in training mode again: does the answer change from run to run?
             again = run(fn, model.train(), ids.clone(), case=case, forbidden=forbidden)
         except Wrong:
             again = None
         if isinstance(again, torch.Tensor) and again.shape == got.shape and not torch.equal(again.detach(), got):
-            return no(
-                "dropout",
-                "Your measurement changes from one run to the next: dropout is on. Put the model in eval mode "
-                "(model.eval()) before measuring.",
-            )
-        return no(
-            "other",
-            f"On {case} expected {[[round(v, 3) for v in row] for row in want.tolist()]}, got "
-            f"{[[round(v, 3) for v in row] for row in got.double().tolist()]}. For each layer, count the share of "
-            "the routing choices (each token's top-k experts) that goes to each expert, on the ids you were given.",
-        )
+            return no("dropout", "Two runs gave two measurements: dropout is on. Measure with the model in eval mode.")
+        expected, answer = [[[round(v, 3) for v in row] for row in t.double().tolist()] for t in (want, got)]
+        return no("other", f"On {case} expected {expected}, got {answer}: per layer, each expert's share of the slots.")
     return CORRECT
