@@ -89,7 +89,7 @@ def _decoder_only(**fields) -> TransformerConfig:
     return TransformerConfig(dropout=0.0, norm_first=True, final_norm=True, scale_embedding=False, **fields)
 
 
-def _check_architecture(ours: DecoderOnlyLM, expected: TransformerConfig, family: str, head_bias: bool = False) -> None:
+def _check_architecture(ours: nn.Module, expected: TransformerConfig, family: str, head_bias: bool = False) -> None:
     """Refuse a model whose config differs from `family`'s (or whose output layer holds a bias the family does
     not have), naming what differs. rotary_dim None and rotary_dim = d_k are the same: every dimension turns."""
     cfg = ours.config
@@ -637,11 +637,7 @@ def _bert_save(head: str) -> Callable[[nn.Module], nn.Module]:
             attention_probs_dropout_prob=cfg.dropout,
             num_labels=ours.classifier.out_features if head == "classifier" else 2,
         )
-        expected = _bert_config(hf_config)
-        differ = {k: (getattr(cfg, k), getattr(expected, k)) for k in vars(expected) if k != "dropout"}
-        differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
-        if differ:
-            raise ValueError(f"not a BERT architecture; these fields differ (ours, BERT's): {differ}")
+        _check_architecture(ours, _bert_config(hf_config), "BERT", head_bias=True)  # BERT's head is not `head`
         kind = "BertForMaskedLM" if head == "mlm" else "BertForSequenceClassification"
         hf = getattr(transformers, kind)(hf_config)
         state = _renamed(ours.state_dict(), _bert_names(cfg.num_layers, head))
