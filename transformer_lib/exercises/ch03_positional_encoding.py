@@ -155,8 +155,9 @@ def _reject_gap(got: float, want: float, case: str, layer, tokens, perm, use_pe)
 
 @checker
 def check_permutation_gap(fn) -> str:
-    """Experiment: fn(layer, tokens, perm, use_pe) measures max |layer(shuffled tokens) - shuffled layer(tokens)|,
-    the encoding added after shuffling when use_pe: rounding noise without it, a real gap with it."""
+    """Experiment: fn(layer, tokens, perm, use_pe) measures the largest gap between layer(shuffled tokens) and the
+    shuffled layer(tokens), the encoding added after shuffling when use_pe: rounding noise without it, a real gap with
+    it."""
     for seed, (batch, T, d, h) in enumerate(((1, 6, 16, 2), (2, 9, 12, 3), (3, 7, 8, 2)), start=40):
         torch.manual_seed(seed)
         layer = EncoderLayer(d_model=d, num_heads=h, d_ff=2 * d, dropout=0.0).eval()
