@@ -537,7 +537,8 @@ def _assigned_names(tree) -> list[tuple[str, int]]:
 
 
 # What a notebook would touch to rewrite or skip a graded cell from inside IPython (an input or AST transformer, an
-# event callback, the shell's cell runner), and the magics that load code IPython runs as an extension or script.
+# event callback, the shell's cell runner), and the magics that load code IPython runs as an extension or script or
+# configure the shell itself (`%config InlineBackend...`, which only sets how figures look, is not among them).
 _IPYTHON_REACH = {
     "get_ipython",
     "input_transformers_post",
@@ -549,7 +550,7 @@ _IPYTHON_REACH = {
     "run_ast_nodes",
     "register_magic_function",
 }
-_IPYTHON_MAGICS = ("%load_ext", "%reload_ext", "%run", "%config")
+_IPYTHON_MAGICS = ("%load_ext", "%reload_ext", "%run", "%config InteractiveShell", "%config IPKernelApp")
 
 
 def _ipython_reach(tree) -> list[int]:

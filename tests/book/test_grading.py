@@ -433,11 +433,13 @@ def test_the_file_reader_flags_a_notebook_that_reaches_into_ipython():
         "setattr(shell, 'transform' + '_cell', str)",
         "from IPython import get_ipython as g",
         "%load_ext my_rewriter",
+        "%config InteractiveShell.ast_node_interactivity = 'all'",
         "def my_future_mask(size):\n    return ~torch.ones(size, size, dtype=torch.bool).tril()",
+        "%config InlineBackend.figure_format = 'retina'",  # how figures look: a learner's, not a hook
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     found = grading._static_findings(nb, {"check_future_mask"})
-    assert sorted({line for target, line in found if target == "IPython"}) == sorted(cells[:5]), found
+    assert sorted({line for target, line in found if target == "IPython"}) == sorted(cells[:6]), found
     assert all(target == "IPython" for target, _ in found)
 
 
