@@ -1,6 +1,7 @@
 """Train the package's shipped checkpoints from transformer_lib.recipes and write them to transformer_lib/checkpoints/.
 
     python tools/train_checkpoints.py [NAME ...]      (default: every recipe)
+    python tools/train_checkpoints.py plays_bert --device cuda   (a recipe that takes a device)
 
 Each file records the recipe's first losses, so that tests/unit/test_checkpoints.py can re-run the
 first steps on any machine and check that the file really comes from its recipe.
@@ -22,12 +23,14 @@ FIRST_STEPS = 20  # how many losses the test re-computes
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"some of {sorted(recipes.RECIPES)}")
+    parser.add_argument("--device", help="train on this device (only recipes with a `device` argument: plays_bert)")
     args = parser.parse_args()
     unknown = sorted(set(args.names) - set(recipes.RECIPES))
     if unknown:
         parser.error(f"no recipe called {unknown}; the recipes are {sorted(recipes.RECIPES)}")
     for name in args.names or sorted(recipes.RECIPES):
-        model, history, init = recipes.RECIPES[name](progress=True)
+        on = {"device": args.device} if args.device else {}  # a recipe without the argument refuses it by name
+        model, history, init = recipes.RECIPES[name](progress=True, **on)
         path = checkpoints.save_checkpoint(
             model,
             checkpoints.CHECKPOINT_DIR / f"{name}.pt",
@@ -40,6 +43,7 @@ def main() -> None:
             evals=history.evals,
             seconds=round(history.seconds, 1),
             torch_version=str(torch.__version__),
+            device=torch.cuda.get_device_name() if str(args.device).startswith("cuda") else "cpu",
             transformer_lib_version=tl.__version__,
         )
         print(f"{name}: {len(history.steps)} steps in {history.seconds:.1f} s, {history.evals[-1]} -> {path}")

@@ -54,7 +54,7 @@ _ROOT = (
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT
-_SUBMODULES = ("corpus", "recipes", "inside", "moe", "lora", "quantization", "hf", "surgery", "bert")
+_SUBMODULES = ("corpus", "recipes", "inside", "moe", "lora", "quantization", "hf", "surgery", "bert", "pretraining")
 # loaded on first use: the figures (with matplotlib's pyplot) and the chapters' checkers
 _LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises"}
 

@@ -9,17 +9,19 @@ compares their losses with the ones the checkpoint recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from . import corpus
+from .bert import IGNORE, BertForMaskedLM, bert_config, mask_tokens, mlm_loss
 from .config import TransformerConfig
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
 from .moe import expert_use, moe_lm_loss
+from .pretraining import MASK, PlayWords, mlm_windows
 from .tasks import (
     brackets_task,
     encode_labelled,
@@ -61,6 +63,15 @@ __all__ = [
     "INDUCTION_LENGTHS",
     "induction_lm",
     "induction_test",
+    "plays_words",
+    "plays_mlm_data",
+    "plays_bert",
+    "masked_batches",
+    "masked_accuracy",
+    "BERT_WINDOW",
+    "LABEL_BUDGETS",
+    "finetune_runs_path",
+    "load_finetune_runs",
     "RECIPES",
     "SEEDS",
     "SEED_RUN_STEPS",
@@ -415,6 +426,121 @@ def _induction(steps: int | None = None, progress: bool = False) -> tuple[nn.Mod
     return model, history, {}
 
 
+# Chapter 15 ("Pre-train, then fine-tune") pre-trains a small BERT on the ten training plays by filling in hidden
+# words, and measures it on the held-out play, Twelfth Night.
+BERT_WINDOW = 64  # tokens per pre-training window: [CLS], 62 words, [SEP]
+BERT_MASK_SEED = 1234  # the held-out windows' masking, the same for every model measured
+
+
+def plays_words() -> PlayWords:
+    """The chapter's vocabulary: every word seen at least 8 times in the training plays (2,555), after 5 specials."""
+    return PlayWords.from_text(corpus.shakespeare("train"), min_count=8)
+
+
+def plays_mlm_data() -> tuple[PlayWords, torch.Tensor, torch.Tensor]:
+    """(vocabulary, training windows (N, BERT_WINDOW), held-out windows (M, BERT_WINDOW)) of the plays' words."""
+    vocab = plays_words()
+    train = mlm_windows(vocab, corpus.shakespeare("train"), BERT_WINDOW)
+    held_out = mlm_windows(vocab, corpus.shakespeare("validation"), BERT_WINDOW)
+    return vocab, train, held_out
+
+
+def masked_batches(
+    windows: torch.Tensor, vocab_size: int, batch_size: int, rng: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless batches of random windows, masked afresh each time they are drawn (RoBERTa's dynamic masking):
+    (inputs (B, S), labels (B, S))."""
+    while True:
+        rows = windows[torch.randint(windows.shape[0], (batch_size,), generator=rng)]  # (B, S)
+        yield mask_tokens(rows, mask_id=MASK, special_ids=PlayWords.special_ids, vocab_size=vocab_size, generator=rng)
+
+
+@torch.inference_mode()
+def masked_accuracy(model: nn.Module, windows: torch.Tensor, seed: int = BERT_MASK_SEED) -> dict[str, float]:
+    """The masked-word loss (nats) and top-1 accuracy on `windows`, masked by BERT's rule with a fixed seed."""
+    model.eval()
+    device = next(model.parameters()).device
+    inputs, labels = mask_tokens(
+        windows.cpu(),
+        mask_id=MASK,
+        special_ids=PlayWords.special_ids,
+        vocab_size=model.config.vocab_size,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    total, right, loss = 0, 0, 0.0
+    for start in range(0, windows.shape[0], 256):
+        y = labels[start : start + 256]  # (b, S)
+        chosen = y != IGNORE
+        logits = model(inputs[start : start + 256].to(device), at=chosen.to(device)).cpu()  # (n, V)
+        loss += float(mlm_loss(logits, y)) * logits.shape[0]
+        right += int((logits.argmax(-1) == y[chosen]).sum())
+        total += logits.shape[0]
+    return {"masked loss": loss / total, "masked accuracy": right / total}
+
+
+def plays_bert(vocab_size: int, seed: int = 0) -> BertForMaskedLM:
+    """The chapter's BERT: 4 post-LN layers of width 128 (4 heads, feed-forward 512), windows of 64 tokens.
+
+    No dropout: the masking already makes every draw of a window new, and without it the first steps give the same
+    losses on a CPU and a GPU (the shipped run was made on a GPU; tests re-run its first steps on the CPU)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        cfg = bert_config(
+            vocab_size=vocab_size, d_model=128, num_heads=4, num_layers=4, d_ff=512, max_len=BERT_WINDOW, dropout=0.0
+        )
+        return BertForMaskedLM(cfg)
+
+
+def _plays_bert(
+    steps: int | None = None, progress: bool = False, seed: int = 0, device: str | None = None
+) -> tuple[nn.Module, History, dict]:
+    """BERT pre-trained on the training plays: 10,000 AdamW steps of 64 windows, each masked afresh when drawn.
+
+    About 75 minutes on one laptop core, 4 minutes on an H200 (the shipped checkpoint's run, `meta["device"]`)."""
+    vocab, train, held_out = plays_mlm_data()
+    model = plays_bert(vocab.vocab_size, seed=seed)
+    batches = masked_batches(train, vocab.vocab_size, batch_size=64, rng=torch.Generator().manual_seed(seed))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        history = fit(
+            model,
+            lambda m, batch: mlm_loss(m(batch[0], at=batch[1] != IGNORE), batch[1]),  # the head at chosen positions
+            batches,
+            steps=steps or 10_000,
+            lr=1e-3,
+            warmup=500,
+            eval_fn=lambda m: masked_accuracy(m, held_out),
+            eval_every=1000,
+            device=device,
+            progress=progress,
+            desc="BERT on the plays (masked words)",
+        )
+    return model, history, {"token_types": 2}
+
+
+# The chapter's learning curve: pretraining.fine_tune's four methods at these label budgets (the last is the whole
+# pool of order_split) over SEEDS; `python tools/finetune_runs.py` makes the runs, the chapter reads the file.
+LABEL_BUDGETS = (20, 60, 200, 425)
+
+
+def finetune_runs_path() -> Path:
+    """Where the learning curve ships: transformer_lib/checkpoints/finetune_runs.json (tools/finetune_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "finetune_runs.json"
+
+
+def load_finetune_runs(path: Path | None = None) -> dict:
+    """The learning curve's results: {"budgets": [...], "runs": {"<method> <budget>": [one record per seed]},
+    "test majority": share}; each record holds "seed", "test_accuracy", "trainable_parameters", "seconds"."""
+    import json
+
+    path = path or finetune_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no learning-curve results at {path}; run `python tools/finetune_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -426,6 +552,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "shakespeare_modern": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "modern"),
     "twelfth_night_lora": lambda steps=None, progress=False: _adapt("lora", steps, progress),
     "twelfth_night_full": lambda steps=None, progress=False: _adapt("full", steps, progress),
+    "plays_bert": _plays_bert,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
 }
