@@ -9,20 +9,23 @@ the pages' own JavaScript and their defaults.json):
     models/*.onnx   the numbers-to-words translator, the Shakespeare character model as a step model
                     that keeps a KV cache (shakespeare_char_step.onnx: the page feeds the prompt once, then
                     one character per call, carrying the keys and values), its first attention layer with
-                    the mask as an input (the masks playground), the bracket classifier, and the Shakespeare
+                    the mask as an input (the masks playground), the bracket classifier, the Shakespeare
                     model's logit lens with every layer's attention (shakespeare_char_lens.onnx: the page
-                    "Inside the language model")
+                    "Inside the language model"), and chapter 15's BERT with its masked-word head
+                    (plays_bert.onnx: the page "Fill in the blank")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
-                        head that tracks partners, and each model's int8 trial ("int8")
+                        head that tracks partners, the patterns that split a line into BERT's words,
+                        and each model's int8 trial ("int8")
     expected.json   PyTorch's answers on fixed inputs, which the browser tests ask the pages for: greedy
                     words and text (also the longest the model allows: 8 prompt characters and 120 new),
                     one step's sampling distribution, P(balanced), masked weights, the logit lens's top three
-                    next characters per layer and position and every head's induction score
+                    next characters per layer and position and every head's induction score, and BERT's
+                    five likeliest words at a line's blank with the attention from the blank
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside); what they share is playground_build/common.py: the pages' defaults, which the build reads from
-book/_static/playground/defaults.json as the pages do, the check of every file against PyTorch in onnxruntime before
-it is written out, and the int8 trial that decides which file ships.
+brackets, inside, fill_blank); what they share is playground_build/common.py: the pages' defaults, which the build
+reads from book/_static/playground/defaults.json as the pages do, the check of every file against PyTorch in
+onnxruntime before it is written out, and the int8 trial that decides which file ships.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from playground_build import brackets, inside, language_model, masks, numbers_to_words
+from playground_build import brackets, fill_blank, inside, language_model, masks, numbers_to_words
 from playground_build.common import ROOT
 
 ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
@@ -74,7 +77,8 @@ def main() -> int:
     if onnx_brackets is not None:  # the int8 file's own numbers, which the page must give (the tests compare)
         expected["onnx"] = {"bracket_classifier": onnx_brackets}
     meta["inside"], expected["inside"] = inside.build(models)
-    keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside"]
+    meta["fill_blank"], expected["fill_blank"] = fill_blank.build(models)
+    keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "fill_blank"]
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)

@@ -1,7 +1,8 @@
 """The book's models as ONNX files, with their attention weights as extra outputs, for the website's playgrounds.
 
 `export_onnx(model, path)` writes a `DecoderOnlyLM`, an `EncoderOnlyModel` (classifier or
-regressor) or a `Transformer` with batch 1 and dynamic sequence lengths, through
+regressor), a `Transformer` or BERT with its masked-LM head (`bert.BertForMaskedLM`, one
+segment) with batch 1 and dynamic sequence lengths, through
 `torch.onnx.export` with `dynamo=False`: the TorchScript exporter, which PyTorch marks as legacy,
 but which traces these models with dynamic lengths as they are, and whose files onnxruntime-web
 was seen to run. Each file has one output more than the model: the
@@ -9,6 +10,7 @@ attention weights a playground draws, stacked over the layers.
 
     DecoderOnlyLM:     tokens (1, T)             -> logits (1, T, V), attention (L, h, T, T)
     EncoderOnlyModel:  tokens (1, S)             -> logits (1, C),    attention (L, h, S, S)
+    BertForMaskedLM:   tokens (1, S)             -> logits (1, S, V), attention (L, h, S, S)
     Transformer:       src (1, S), tgt (1, T)    -> logits (1, T, V), cross_attention (L, h, T, S)
 
 `export_first_attention(model, path)` writes the masks playground's probe instead: a language
@@ -52,6 +54,7 @@ import torch
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, watch_weights
+from .bert import BertForMaskedLM
 from .masks import causal_mask
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 
@@ -105,6 +108,14 @@ def _plan(model: nn.Module) -> tuple[list[MultiHeadAttention], list[str], list[s
     if isinstance(model, EncoderOnlyModel):
         watched = [layer.self_attn for layer in model.encoder.layers]
         return watched, ["tokens"], ["logits", "attention"], {"tokens": {1: "S"}, "attention": {2: "S", 3: "S"}}
+    if isinstance(model, BertForMaskedLM):  # one segment: the token types are all 0, as the model's default
+        watched = [layer.self_attn for layer in model.bert.encoder.layers]
+        return (
+            watched,
+            ["tokens"],
+            ["logits", "attention"],
+            {"tokens": {1: "S"}, "logits": {1: "S"}, "attention": {2: "S", 3: "S"}},
+        )
     if isinstance(model, Transformer):
         watched = [layer.cross_attn for layer in model.decoder.layers]
         return (
@@ -114,7 +125,8 @@ def _plan(model: nn.Module) -> tuple[list[MultiHeadAttention], list[str], list[s
             {"src": {1: "S"}, "tgt": {1: "T"}, "logits": {1: "T"}, "cross_attention": {2: "T", 3: "S"}},
         )
     raise TypeError(
-        f"export_onnx takes a DecoderOnlyLM, an EncoderOnlyModel or a Transformer, got {type(model).__name__}"
+        "export_onnx takes a BertForMaskedLM, a DecoderOnlyLM, an EncoderOnlyModel or a Transformer, "
+        f"got {type(model).__name__}"
     )
 
 

@@ -70,6 +70,7 @@ class PlayWords:
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
 
     special_ids = tuple(range(len(SPECIALS)))
+    pattern = _WORD.pattern  # what split() finds, as a regular expression (the fill-in-the-blank page reads it)
 
     @staticmethod
     def split(text: str) -> list[str]:

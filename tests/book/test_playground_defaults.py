@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from playground_build import brackets, common, inside, language_model, masks, numbers_to_words
+from playground_build import brackets, common, fill_blank, inside, language_model, masks, numbers_to_words
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
-MODULES = [numbers_to_words, language_model, masks, brackets, inside]
+MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank]
 
 
 def _defaults() -> dict:
@@ -39,6 +39,7 @@ def _build_inputs() -> dict:
         "brackets": brackets.QUOTED,
         "verse": inside.VERSE,
         "seed": inside.RANDOM["seed"],
+        "line": fill_blank.LINES["default"],
     }
 
 
@@ -59,6 +60,7 @@ def _expected_inputs(d: dict) -> dict:
         "brackets": ["([()])[]", "([(])][]", d["brackets"]["brackets-text"], "[]"],
         "verse": d["inside"]["inside-text"],
         "seed": d["inside"]["inside-seed"],
+        "line": d["fill_blank"]["fill-text"],
     }
 
 
@@ -79,6 +81,7 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["masks"].update({"masks-text": "o Romeo", "masks-pad": 3, "masks-side": "right", "masks-causal": False})
     d["brackets"]["brackets-text"] = "([])"
     d["inside"].update({"inside-text": "Wherefore art thou", "inside-seed": 7})
+    d["fill_blank"]["fill-text"] = "Give me your hand, my good ___."
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -176,6 +179,7 @@ def _masks_quote(m: dict) -> str:
         ("brackets", lambda d: f"`{d['brackets']['brackets-text']}` ("),
         ("inside", lambda d: f"of {len(d['inside']['inside-text']) - 1} positions"),
         ("inside", lambda d: f"with seed {d['inside']['inside-seed']} every one"),
+        ("fill_blank", lambda d: f"**The line the page opens with**, `{d['fill_blank']['fill-text']}`,"),
     ],
 )
 def test_the_prose_quotes_the_defaults(page, quote):

@@ -29,6 +29,7 @@ PAGES = {
     "shakespeare_char": "language_model",
     "bracket_classifier": "brackets",
     "inside": "inside",
+    "fill_blank": "fill_blank",  # its own answers and messages are tested in test_fill_blank.py
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -492,6 +493,7 @@ STATUS = {
     "masks": "#masks-status",
     "bracket_classifier": "#brackets-status",
     "inside": "#inside-status",
+    "fill_blank": "#fill-status",
 }
 # Another page's model: onnxruntime loads it, but the page cannot run it (other inputs than the page feeds)
 WRONG_MODEL = {
@@ -500,6 +502,7 @@ WRONG_MODEL = {
     "masks": "numbers_to_words",
     "bracket_classifier": "masks",
     "inside": "numbers_to_words",
+    "fill_blank": "numbers_to_words",
 }
 
 

@@ -261,3 +261,19 @@ def test_lens_model_takes_only_a_language_model(tmp_path):
         lens_model(tl.EncoderClassifier(num_classes=2, **SMALL))
     with pytest.raises(TypeError, match="export_lens takes a DecoderOnlyLM, got Transformer"):
         export_lens(tl.Transformer(**SMALL), tmp_path / "x.onnx")
+
+
+def test_bert_for_masked_lm_exports_with_its_attention_at_several_lengths(tmp_path):
+    """The fill-in-the-blank page's file: tokens (1, S) -> logits (1, S, V) and attention (layers, heads, S, S)."""
+    torch.manual_seed(0)
+    cfg = tl.bert.bert_config(vocab_size=20, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=64, dropout=0.0)
+    model = tl.bert.BertForMaskedLM(cfg)
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / "bert.onnx")))
+    for length in (1, 9, 64):
+        tokens = torch.randint(1, 20, (1, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            logits, weights = with_attention(model)(tokens)
+        got_logits, got_weights = session.run(None, {"tokens": tokens.numpy()})
+        assert got_logits.shape == (1, length, 20) and got_weights.shape == (2, 4, length, length)
+        torch.testing.assert_close(torch.from_numpy(got_logits), logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.from_numpy(got_weights), weights, atol=1e-5, rtol=0)

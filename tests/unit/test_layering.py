@@ -27,7 +27,20 @@ CORE = [
     "tasks",
     "training",
 ]
-LATER = ["moe", "lora", "quantization", "inside", "surgery", "bert", "pretraining", "hf", "export", "recipes", "exercises", "viz"]
+LATER = [
+    "moe",
+    "lora",
+    "quantization",
+    "inside",
+    "surgery",
+    "bert",
+    "pretraining",
+    "hf",
+    "export",
+    "recipes",
+    "exercises",
+    "viz",
+]
 
 
 def _imports(path: Path) -> set[str]:

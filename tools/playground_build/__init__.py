@@ -7,6 +7,7 @@
     masks             the masks page: that model's first attention layer, the mask as an input
     brackets          the brackets page: the bracket classifier and its head that tracks partners
     inside            the inside page: that model's logit lens and every layer's attention
+    fill_blank        the fill-in-the-blank page: chapter 15's BERT, its guesses at a blank and the attention from it
 
 Each model's module has a `build(models)` that writes its ONNX file into the folder `models` and returns its entry
 of meta.json and of expected.json (the brackets' also the int8 file's own answers, or None).
