@@ -244,7 +244,7 @@ def test_the_prose_quotes_the_recorded_answers(expected, info):
     first, second = default["top"][:2]
     assert first == "love", "the prose says the model puts the hidden word first"
     p = default["probs"]
-    said = f'it puts "{first}" first, with {p[0]:.3f}, just ahead of "{second}" ({p[1]:.3f})'
+    said = f'it puts "{first}" first, with {p[0]:.3f}, in a near tie with "{second}" ({p[1]:.3f})'
     assert said in text
     assert semicolon["text"] == default["text"].removesuffix(",") + ";"
     assert semicolon["top"][:2] == [second, first]  # "end the opening line with ; ... the order changes"
