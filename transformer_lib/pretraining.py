@@ -231,7 +231,7 @@ def fine_tune(
       adapters, the pooler and the head train.
 
     `seed` picks the budget's speeches, the new weights and dropout's masks; `device` is where they train (default:
-    the pre-trained model's). Returns (model, {"test accuracy",
+    the pre-trained model's; the pre-trained model is moved there). Returns (model, {"test accuracy",
     "trainable parameters"}). Every method takes `steps` AdamW steps of 16 speeches (the probe: of the whole
     budget at once).
     """

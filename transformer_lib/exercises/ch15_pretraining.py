@@ -321,7 +321,8 @@ def _measures(got: float, accuracies: list[tuple[str, float]], mistake: str) -> 
 @checker
 def check_masked_word_accuracy(fn: Callable) -> str:
     """Experiment: fn(model, windows (N, S), seed) -> the fraction of chosen positions whose top guess is the word."""
-    for n, length, vocab, seeds in ((40, 20, 40, (7, 8)), (30, 26, 41, (11, 12))):
+    cases = ((40, 20, 40, (7, 8)), (30, 26, 41, (11, 12)))
+    for n, length, vocab, seeds in cases:
         model, windows = _play(n, length, vocab, seed=vocab)
         given = f"windows of shape {(n, length)} and a model with vocab_size={vocab}"
         wants = [_accuracies(model, windows, seed) for seed in seeds]  # per seed, the right value first
@@ -334,6 +335,12 @@ def check_masked_word_accuracy(fn: Callable) -> str:
         for mistake, hint in _ACCURACY_HINTS.items():  # named only when the answer follows it on both seeds
             if all(_measures(got, want, mistake) for got, want in zip(gots, wants)):
                 return no(mistake, f"On {case}: {hint}")
+        other_n, other_length, other_vocab, _ = cases[1] if vocab == cases[0][2] else cases[0]
+        other_model, other_windows = _play(other_n, other_length, other_vocab, seed=other_vocab)
+        elsewhere = _answer(fn, other_model, other_windows, seeds[0], "another model")
+        if gots[0] == gots[1] == elsewhere:
+            hint = "compute the accuracy from the model, the windows and the seed it is given"
+            return no("constant", f"Your function gives {gots[0]!r} for every model, window and seed: {hint}.")
         if _answer(fn, model, windows, seeds[0], given) != gots[0] or gots[0] == gots[1]:
             hint = "mask with torch.Generator().manual_seed(seed), passed to tl.bert.mask_tokens as generator"
             return no("seed-ignored", f"Your number does not follow the seed: {hint}.")

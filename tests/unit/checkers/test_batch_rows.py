@@ -48,6 +48,11 @@ CASES = [
     ("check_layer_norm", "test_ch06_feed_forward_and_norm", "solution_layer_norm", (0,)),
     ("check_batch_norm_mean", "test_ch06_feed_forward_and_norm", "solution_batch_norm_mean", (0,)),
 ]
+CASES += [
+    ("check_mask_tokens", "test_ch15_pretraining", "my_mask_tokens", (0,)),
+    ("check_mlm_loss", "test_ch15_pretraining", "my_mlm_loss", (0, 1)),
+    ("check_masked_word_accuracy", "test_ch15_pretraining", "masked_word_accuracy", (1,)),
+]
 NB = [
     ("check_mean_pool", "08_encoder", "solution_mean_pool", (0, 1)),
     ("check_first_pool", "08_encoder", "solution_first_pool", (0,)),

@@ -152,6 +152,7 @@ def _stray_random(tokens, mask_id, special_ids, vocab_size, generator):
         (_relabelled(lambda t, i, lab: (i, torch.where(lab != -100, lab + 1, lab))), "wrong-labels"),
         (_stray_random, "unchosen-changed"),
         (lambda *args: my_mask_tokens(*args)[0], "not-a-pair"),
+        (lambda t, m, s, v, g: my_mask_tokens(t, m, s, 2560, g), "random-range"),  # the chapter's vocabulary only
         (_relabelled(lambda t, i, lab: (i, lab.float())), "dtype"),
         (_relabelled(lambda t, i, lab: (i, lab[:, 1:])), "shape"),
         (_relabelled(lambda t, i, lab: (i.tolist(), lab)), "not-a-tensor"),
@@ -322,6 +323,8 @@ def _global_rng(model, windows, seed):  # mask_tokens draws from torch's global 
         (_accuracy(_right, grad=True), "grad-enabled"),
         (_accuracy(lambda g, w, i, lab: g), "not-a-number"),
         (_accuracy(lambda g, w, i, lab: _right(g, w, i, lab) + 0.01), "other"),
+        (lambda model, windows, seed: 0.358, "constant"),  # the chapter's printed accuracy, typed in
+        (lambda model, windows, seed: 0.3584699453551913, "constant"),
     ],
 )
 def test_masked_word_accuracy_mistakes_are_named(wrong, mistake):
