@@ -11,7 +11,7 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import bert, corpus, hf, inside, lora, moe, quantization, recipes, surgery  # noqa: F401 (in __all__)
+from . import bert, corpus, hf, inside, lora, moe, quantization, recipes, surgery, vit  # noqa: F401 (in __all__)
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
@@ -53,8 +53,20 @@ _ROOT = (
     "utils",
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
-# BERT
-_SUBMODULES = ("corpus", "recipes", "inside", "moe", "lora", "quantization", "hf", "surgery", "bert", "pretraining")
+# BERT and its pre-training, the Vision Transformer
+_SUBMODULES = (
+    "corpus",
+    "recipes",
+    "inside",
+    "moe",
+    "lora",
+    "quantization",
+    "hf",
+    "surgery",
+    "bert",
+    "pretraining",
+    "vit",
+)
 # loaded on first use: the figures (with matplotlib's pyplot) and the chapters' checkers
 _LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises"}
 

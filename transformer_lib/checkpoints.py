@@ -17,13 +17,22 @@ from torch import nn
 from .bert import BertClassifier, BertForMaskedLM
 from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
+from .vit import VisionTransformer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 _MODELS = {
     cls.__name__: cls
-    for cls in (Transformer, EncoderClassifier, EncoderRegressor, DecoderOnlyLM, BertForMaskedLM, BertClassifier)
+    for cls in (
+        Transformer,
+        EncoderClassifier,
+        EncoderRegressor,
+        DecoderOnlyLM,
+        BertForMaskedLM,
+        BertClassifier,
+        VisionTransformer,
+    )
 }
 
 

@@ -45,6 +45,7 @@ from .bert import BertClassifier, BertForMaskedLM, bert_config
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
+from .vit import VisionTransformer, vit_config
 
 __all__ = [
     "from_hf",
@@ -650,6 +651,78 @@ def _bert_save(head: str) -> Callable[[nn.Module], nn.Module]:
     return save
 
 
+# ---- ViT: the pre-LN encoder on image patches, with a class token and learned positions -----------------------
+# (transformer_lib.vit says what differs from the 2017 encoder.) Our VisionTransformer reads the class token.
+
+
+def _vit_config(hf_config) -> TransformerConfig:
+    """A ViTConfig -> the TransformerConfig of the same encoder."""
+    if hf_config.hidden_act != "gelu":
+        raise ValueError(f"only ViT's exact GELU is supported, got activation {hf_config.hidden_act!r}")
+    if not hf_config.qkv_bias:
+        raise ValueError("only ViT with biases on the query, key and value projections is supported (qkv_bias=True)")
+    return vit_config(
+        vocab_size=1,  # no tokens: the patches come from a convolution
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        max_len=(hf_config.image_size // hf_config.patch_size) ** 2 + 1,
+        eps=hf_config.layer_norm_eps,
+    )
+
+
+def _vit_names(num_layers: int) -> list[tuple[str, str]]:
+    """(our name, ViT's name) for every tensor of ViTForImageClassification."""
+    names = [("cls_token", "vit.embeddings.cls_token"), ("position", "vit.embeddings.position_embeddings")]
+    pairs = [("patches.projection", "vit.embeddings.patch_embeddings.projection")]
+    for i in range(num_layers):
+        ours, theirs = f"encoder.layers.{i}.", f"vit.layers.{i}."
+        pairs += [
+            (f"{ours}self_attn.q_proj", f"{theirs}attention.q_proj"),
+            (f"{ours}self_attn.k_proj", f"{theirs}attention.k_proj"),
+            (f"{ours}self_attn.v_proj", f"{theirs}attention.v_proj"),
+            (f"{ours}self_attn.out_proj", f"{theirs}attention.o_proj"),
+            (f"{ours}norm1", f"{theirs}layernorm_before"),  # pre-LN: before attention
+            (f"{ours}feed_forward.linear1", f"{theirs}mlp.fc1"),
+            (f"{ours}feed_forward.linear2", f"{theirs}mlp.fc2"),
+            (f"{ours}norm2", f"{theirs}layernorm_after"),  # before the feed-forward block
+        ]
+    pairs += [("encoder.norm", "vit.layernorm"), ("head", "classifier")]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _vit_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    theirs = {k: v for k, v in theirs.items() if not k.startswith("vit.pooler.")}  # unused by classification
+    return _renamed(theirs, _flipped(_vit_names(cfg.num_layers)))
+
+
+def _vit_save(ours: nn.Module) -> nn.Module:
+    import transformers
+
+    cfg = ours.config
+    if ours.pool != "cls":
+        raise ValueError(f"transformers' ViT reads the class token; this model pools by {ours.pool!r}")
+    hf_config = transformers.ViTConfig(
+        image_size=ours.image_size,
+        patch_size=ours.patch_size,
+        num_channels=ours.patches.channels,
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.d_ff,
+        hidden_act="gelu",
+        layer_norm_eps=cfg.eps,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
+        num_labels=ours.head.out_features,
+    )
+    _check_architecture(ours, _vit_config(hf_config), "ViT", head_bias=True)
+    hf = transformers.ViTForImageClassification(hf_config)
+    hf.load_state_dict(_renamed(ours.state_dict(), _vit_names(cfg.num_layers)), strict=True)
+    return hf.eval()
+
+
 # ---- the registry and the two directions ---------------------------------------------------------
 
 # to_hf asks in this order: the interleaved or one-norm parallel model is GPT-J's, a rotary LayerNorm
@@ -701,6 +774,21 @@ _register(
         lambda c: True,
         ours=BertClassifier,
         build=lambda cfg, hf_config: BertClassifier(cfg, hf_config.num_labels, token_types=hf_config.type_vocab_size),
+    )
+)
+
+_register(
+    Family(
+        "ViT",
+        "ViTForImageClassification",
+        _vit_config,
+        _vit_load,
+        _vit_save,
+        lambda c: True,
+        ours=VisionTransformer,
+        build=lambda cfg, hf: VisionTransformer(
+            cfg, image_size=hf.image_size, patch_size=hf.patch_size, num_classes=hf.num_labels, channels=hf.num_channels
+        ),
     )
 )
 

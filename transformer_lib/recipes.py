@@ -45,6 +45,7 @@ from .training import (
     repeat_losses,
     seq2seq_loss,
 )
+from .vit import VisionTransformer, digits_data, image_accuracy, vit_config
 
 __all__ = [
     "bracket_classifier_data",
@@ -72,6 +73,12 @@ __all__ = [
     "LABEL_BUDGETS",
     "finetune_runs_path",
     "load_finetune_runs",
+    "digits_vit",
+    "train_digits_vit",
+    "VIT_STEPS",
+    "VIT_VARIANTS",
+    "vit_runs_path",
+    "load_vit_runs",
     "RECIPES",
     "SEEDS",
     "SEED_RUN_STEPS",
@@ -541,6 +548,87 @@ def load_finetune_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+VIT_STEPS = 1000  # the digits ViT: 1,000 AdamW steps of 64 images (about 53 passes over the 1,200)
+# chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> VisionTransformer arguments
+VIT_VARIANTS = {
+    "class token": dict(pool="cls"),
+    "mean pooling": dict(pool="mean"),
+    "no positions": dict(pool="cls", positions=False),
+}
+
+
+def digits_vit(seed: int = 0, pool: str = "cls", positions: bool = True) -> VisionTransformer:
+    """Chapter 16's ViT for 8 x 8 digits: patches of 2 x 2 (16 of them), 2 pre-LN layers of width 64, 4 heads."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        cfg = vit_config(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=17)
+        return VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10, pool=pool, positions=positions)
+
+
+def train_digits_vit(
+    model: VisionTransformer,
+    steps: int = VIT_STEPS,
+    seed: int = 0,
+    *,
+    progress: bool = False,
+    device: torch.device | str | None = None,
+) -> History:
+    """Train `model` on the digits' 1,200 training images: `steps` AdamW steps of 64 drawn at random (seeded).
+
+    Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05; the held-out accuracy is
+    measured at the end (History.evals[-1]["test accuracy"])."""
+    train_x, train_y, test_x, test_y = digits_data()
+    rng = torch.Generator().manual_seed(seed)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            rows = torch.randint(len(train_y), (64,), generator=rng)  # (64,)
+            yield train_x[rows], train_y[rows]  # (64, 1, 8, 8), (64,)
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return fit(
+            model,
+            lambda m, batch: nn.functional.cross_entropy(m(batch[0]), batch[1]),
+            batches(),
+            steps=steps,
+            lr=1e-3,
+            warmup=100,
+            weight_decay=0.05,
+            eval_fn=lambda m: {"test accuracy": image_accuracy(m, test_x, test_y)},
+            eval_every=steps,
+            device=device,
+            progress=progress,
+            desc="ViT on the digits",
+        )
+
+
+def _digits_vit(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The shipped digits ViT (class token, learned positions): VIT_STEPS steps, about 15 s on one laptop core."""
+    model = digits_vit()
+    history = train_digits_vit(model, steps or VIT_STEPS, progress=progress)
+    return model, history, {"image_size": 8, "patch_size": 2, "num_classes": 10, "pool": "cls"}
+
+
+def vit_runs_path() -> Path:
+    """Where chapter 16's comparisons ship: transformer_lib/checkpoints/vit_runs.json (tools/vit_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "vit_runs.json"
+
+
+def load_vit_runs(path: Path | None = None) -> dict:
+    """Chapter 16's ViT comparisons: {"runs": {variant: [one record per seed]}, "logistic regression": accuracy};
+    each record holds "seed", "test_accuracy", "shuffled_accuracy" (every test image's patches moved, a new order
+    per image) and "seconds"."""
+    import json
+
+    path = path or vit_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no ViT comparisons at {path}; run `python tools/vit_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -553,6 +641,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "twelfth_night_lora": lambda steps=None, progress=False: _adapt("lora", steps, progress),
     "twelfth_night_full": lambda steps=None, progress=False: _adapt("full", steps, progress),
     "plays_bert": _plays_bert,
+    "digits_vit": _digits_vit,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
 }

@@ -132,9 +132,8 @@ def test_bert_differs_from_the_2017_encoder_where_the_text_says():
     relative.position_embedding_type = "relative_key"
     with pytest.raises(ValueError, match="only absolute positions are supported"):
         tl.hf._bert_config(relative)
-    with pytest.raises(
-        TypeError, match="to_hf takes one of DecoderOnlyLM, BertForMaskedLM, BertClassifier, got Linear"
-    ):
+    takes = "DecoderOnlyLM, BertForMaskedLM, BertClassifier, VisionTransformer"
+    with pytest.raises(TypeError, match=f"to_hf takes one of {takes}, got Linear"):
         tl.hf.to_hf(torch.nn.Linear(2, 2))
 
 

@@ -35,6 +35,8 @@ LATER = [
     "surgery",
     "bert",
     "pretraining",
+    "vit",
+    "speech",
     "hf",
     "export",
     "recipes",

@@ -1,0 +1,194 @@
+"""Chapter 16's Vision Transformer (work in progress): patches by hand equal the strided convolution, and the
+model gives transformers' ViTForImageClassification's logits when its weights are copied over."""
+
+import pytest
+import torch
+
+from transformer_lib import vit
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_patchify_by_hand_equals_the_strided_convolution():
+    torch.manual_seed(0)
+    images = torch.randn(3, 2, 8, 12)  # (B, C, H, W), not square
+    embed = vit.PatchEmbedding(channels=2, d_model=5, patch=4)
+    w = embed.projection.weight.reshape(5, -1)  # (d, C * p * p): the kernel in patchify's order
+    by_hand = vit.patchify(images, 4) @ w.T + embed.projection.bias  # (B, 6, d)
+    torch.testing.assert_close(embed(images), by_hand)
+    first = images[0, :, :4, :4].reshape(-1)  # the top-left patch, channel first
+    assert torch.equal(vit.patchify(images, 4)[0, 0], first)
+    second = images[0, :, :4, 4:8].reshape(-1)  # next: the patch to its right
+    assert torch.equal(vit.patchify(images, 4)[0, 1], second)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (torch.randn(2, 8, 8), r"shape \(B, C, H, W\), got \(2, 8, 8\)"),
+        (torch.zeros(1, 1, 8, 8, dtype=torch.long), "must hold floats"),
+        (torch.randn(1, 1, 8, 6), "multiples of the patch size 4, got 8 x 6"),
+    ],
+)
+def test_patchify_names_what_it_expected(bad, message):
+    with pytest.raises(ValueError, match=message):
+        vit.patchify(bad, 4)
+
+
+def _hf_from_ours(ours: vit.VisionTransformer):
+    cfg = ours.config
+    hf_cfg = transformers.ViTConfig(
+        image_size=ours.image_size, patch_size=ours.patch_size, num_channels=ours.patches.channels,
+        hidden_size=cfg.d_model, num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.d_ff, num_labels=ours.head.out_features, hidden_act="gelu", layer_norm_eps=cfg.eps,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    theirs = transformers.ViTForImageClassification(hf_cfg).eval()
+    sd = {
+        "vit.embeddings.cls_token": ours.cls_token,
+        "vit.embeddings.position_embeddings": ours.position,
+        "vit.embeddings.patch_embeddings.projection.weight": ours.patches.projection.weight,
+        "vit.embeddings.patch_embeddings.projection.bias": ours.patches.projection.bias,
+        "vit.layernorm.weight": ours.encoder.norm.weight,
+        "vit.layernorm.bias": ours.encoder.norm.bias,
+        "classifier.weight": ours.head.weight,
+        "classifier.bias": ours.head.bias,
+    }
+    names = {"attention.q_proj": "self_attn.q_proj", "attention.k_proj": "self_attn.k_proj",
+             "attention.v_proj": "self_attn.v_proj", "attention.o_proj": "self_attn.out_proj",
+             "layernorm_before": "norm1", "layernorm_after": "norm2",
+             "mlp.fc1": "feed_forward.linear1", "mlp.fc2": "feed_forward.linear2"}  # fmt: skip
+    ours_sd = ours.state_dict()
+    for i in range(cfg.num_layers):
+        for theirs_name, our_name in names.items():
+            for kind in ("weight", "bias"):
+                sd[f"vit.layers.{i}.{theirs_name}.{kind}"] = ours_sd[f"encoder.layers.{i}.{our_name}.{kind}"]
+    missing, unexpected = theirs.load_state_dict({k: v.detach() for k, v in sd.items()}, strict=False)
+    assert not unexpected and not [k for k in missing if "pooler" not in k], (missing, unexpected)
+    return theirs
+
+
+@pytest.mark.parametrize("seed, size, patch, channels, layers", [(0, 8, 2, 1, 2), (1, 8, 4, 3, 1), (2, 12, 3, 1, 3)])
+def test_our_vit_gives_transformers_logits_with_the_same_weights(seed, size, patch, channels, layers):
+    torch.manual_seed(seed)
+    cfg = vit.vit_config(vocab_size=1, d_model=16, num_heads=4, num_layers=layers, d_ff=32, max_len=64)
+    ours = vit.VisionTransformer(cfg, image_size=size, patch_size=patch, num_classes=10, channels=channels).eval()
+    with torch.no_grad():
+        for p in ours.parameters():  # every weight off its start, the class token, norms and biases too
+            p.add_(torch.randn(p.shape) * 0.1)
+    theirs = _hf_from_ours(ours)
+    images = torch.randn(4, channels, size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(images), theirs(pixel_values=images).logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed, size, patch, channels, layers", [(0, 8, 2, 1, 2), (1, 12, 4, 3, 1)])
+def test_tl_hf_converts_both_ways_with_the_same_logits_and_weights_back(seed, size, patch, channels, layers):
+    from transformer_lib import hf
+
+    torch.manual_seed(seed)
+    max_len = (size // patch) ** 2 + 1
+    cfg = vit.vit_config(vocab_size=1, d_model=16, num_heads=4, num_layers=layers, d_ff=32, max_len=max_len)
+    ours = vit.VisionTransformer(cfg, image_size=size, patch_size=patch, num_classes=7, channels=channels).eval()
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.add_(torch.randn(p.shape) * 0.1)
+    theirs = hf.to_hf(ours)
+    assert type(theirs).__name__ == "ViTForImageClassification"
+    images = torch.randn(3, channels, size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(images), theirs(pixel_values=images).logits, atol=1e-5, rtol=1e-5)
+    back = hf.from_hf(theirs)
+    for (name, a), b in zip(ours.state_dict().items(), back.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_to_hf_refuses_a_mean_pooled_vit():
+    from transformer_lib import hf
+
+    cfg = vit.vit_config(vocab_size=1, d_model=16, num_heads=4, num_layers=1, d_ff=32, max_len=17)
+    model = vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=3, pool="mean")
+    with pytest.raises(ValueError, match="reads the class token; this model pools by 'mean'"):
+        hf.to_hf(model)
+
+
+def test_unpatchify_undoes_patchify_and_shuffled_patches_are_the_same_patches_elsewhere():
+    images = torch.randn(5, 3, 8, 12)
+    torch.testing.assert_close(vit.unpatchify(vit.patchify(images, 4), 4, 8, 12), images, atol=0, rtol=0)
+    shuffled = vit.shuffle_patches(images, 2, torch.Generator().manual_seed(0))
+    before, after = vit.patchify(images, 2), vit.patchify(shuffled, 2)  # (5, 24, 12) each
+    moved = 0
+    for b in range(5):
+        key = lambda rows: sorted(map(tuple, rows.tolist()))  # noqa: E731 (the patches as a multiset)
+        assert key(before[b]) == key(after[b]), f"image {b} lost or gained a patch"
+        moved += int((before[b] != after[b]).any(-1).sum())
+    assert moved > 5 * 24 * 0.8, "shuffling left most patches where they were"
+    with pytest.raises(ValueError, match="do not tile a 8 x 8 image"):
+        vit.unpatchify(torch.randn(1, 5, 4), 2, 8, 8)
+
+
+def test_without_positions_the_model_cannot_see_where_a_patch_was():
+    torch.manual_seed(0)
+    cfg = vit.vit_config(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=17)
+    for positions, pool in [(False, "cls"), (False, "mean"), (True, "cls")]:
+        model = vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10, pool=pool, positions=positions)
+        images = torch.rand(6, 1, 8, 8)
+        shuffled = vit.shuffle_patches(images, 2, torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            same = torch.allclose(model(images), model(shuffled), atol=1e-5)
+        assert same == (not positions), (positions, pool)
+        assert (model.position.requires_grad, bool(model.position.abs().sum() > 0)) == (positions, positions)
+
+
+def test_the_class_tokens_attention_is_a_share_of_each_image_over_its_patches():
+    torch.manual_seed(0)
+    cfg = vit.vit_config(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=17)
+    model = vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10).eval()
+    shares = vit.cls_attention(model, torch.rand(3, 1, 8, 8), layer=0)
+    assert shares.shape == (3, 4, 4)
+    assert bool((shares > 0).all()) and bool((shares.sum((1, 2)) < 1).all())  # the rest is on the class token
+    mean_pooled = vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10, pool="mean")
+    with pytest.raises(ValueError, match="needs a model with a class token"):
+        vit.cls_attention(mean_pooled, torch.rand(1, 1, 8, 8))
+
+
+def test_the_digits_split_is_fixed_stratified_and_disjoint():
+    train_x, train_y, test_x, test_y = vit.digits_data()
+    assert train_x.shape == (1200, 1, 8, 8) and test_x.shape == (vit.DIGITS_TEST, 1, 8, 8)
+    assert float(train_x.min()) == 0.0 and float(train_x.max()) == 1.0
+    assert torch.bincount(test_y, minlength=10).min() >= 57  # each digit about a tenth of the 597
+    flat = {tuple(row.tolist()) for row in train_x.flatten(1)}
+    assert sum(tuple(row.tolist()) in flat for row in test_x.flatten(1)) < 5  # (a few digits are drawn alike)
+    again = vit.digits_data()
+    assert torch.equal(again[3], test_y)
+    with pytest.raises(ValueError, match="the same length"):
+        vit.image_accuracy(torch.nn.Linear(1, 1), test_x, test_y[:3])
+
+
+def test_the_shipped_vit_and_its_comparisons_hold_what_the_chapter_says():
+    from transformer_lib import recipes
+    from transformer_lib.checkpoints import load_checkpoint
+
+    model, meta = load_checkpoint("digits_vit")
+    _, _, test_x, test_y = vit.digits_data()
+    accuracy = vit.image_accuracy(model, test_x, test_y)
+    assert abs(accuracy - meta["evals"][-1]["test accuracy"]) < 1e-9 and accuracy > 0.96
+    runs = recipes.load_vit_runs()
+    assert sorted(runs["runs"]) == sorted(recipes.VIT_VARIANTS)
+    assert all(len(records) == len(recipes.SEEDS) for records in runs["runs"].values())
+    for record in runs["runs"]["no positions"]:  # a bag of patches: shuffling changes nothing
+        assert abs(record["test_accuracy"] - record["shuffled_accuracy"]) < 0.005
+    for record in runs["runs"]["class token"]:  # with positions: shuffled digits are mostly misread
+        assert record["shuffled_accuracy"] < 0.5 < 0.95 < record["test_accuracy"]
+    assert 0.95 < runs["logistic regression"] < 0.99
+
+
+@pytest.mark.slow
+def test_one_shipped_comparison_is_what_its_run_gives_here():
+    from transformer_lib import recipes
+
+    record = recipes.load_vit_runs()["runs"]["mean pooling"][1]
+    model = recipes.digits_vit(1, **recipes.VIT_VARIANTS["mean pooling"])
+    history = recipes.train_digits_vit(model, recipes.VIT_STEPS, 1)
+    # the same steps on another CPU's kernels: a few of the 597 images may go the other way
+    assert abs(history.evals[-1]["test accuracy"] - record["test_accuracy"]) <= 4 / vit.DIGITS_TEST
