@@ -11,7 +11,7 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import bert, corpus, hf, inside, lora, moe, quantization, recipes, surgery, vit  # noqa: F401 (in __all__)
+from . import bert, corpus, hf, inside, lora, moe, quantization, recipes, speech, surgery, vit  # noqa: F401 (in __all__)
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
@@ -53,7 +53,7 @@ _ROOT = (
     "utils",
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
-# BERT and its pre-training, the Vision Transformer
+# BERT and its pre-training, the Vision Transformer, the speech model
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -66,6 +66,7 @@ _SUBMODULES = (
     "bert",
     "pretraining",
     "vit",
+    "speech",
 )
 # loaded on first use: the figures (with matplotlib's pyplot) and the chapters' checkers
 _LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises"}

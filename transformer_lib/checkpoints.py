@@ -17,6 +17,7 @@ from torch import nn
 from .bert import BertClassifier, BertForMaskedLM
 from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
+from .speech import SpeechTranscriber
 from .vit import VisionTransformer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
@@ -32,6 +33,7 @@ _MODELS = {
         BertForMaskedLM,
         BertClassifier,
         VisionTransformer,
+        SpeechTranscriber,
     )
 }
 

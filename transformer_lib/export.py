@@ -2,7 +2,8 @@
 
 `export_onnx(model, path)` writes a `DecoderOnlyLM`, an `EncoderOnlyModel` (classifier or
 regressor), a `Transformer` or BERT with its masked-LM head (`bert.BertForMaskedLM`, one
-segment) with batch 1 and dynamic sequence lengths, through
+segment) with batch 1 and dynamic sequence lengths, or a `VisionTransformer` with one image of
+its own size (nothing in it is dynamic), through
 `torch.onnx.export` with `dynamo=False`: the TorchScript exporter, which PyTorch marks as legacy,
 but which traces these models with dynamic lengths as they are, and whose files onnxruntime-web
 was seen to run. Each file has one output more than the model: the
@@ -12,6 +13,9 @@ attention weights a playground draws, stacked over the layers.
     EncoderOnlyModel:  tokens (1, S)             -> logits (1, C),    attention (L, h, S, S)
     BertForMaskedLM:   tokens (1, S)             -> logits (1, S, V), attention (L, h, S, S)
     Transformer:       src (1, S), tgt (1, T)    -> logits (1, T, V), cross_attention (L, h, T, S)
+    VisionTransformer: images (1, C, H, W)       -> logits (1, classes), attention (L, h, 1 + N, 1 + N)
+
+(N patches, and the class token first, for a ViT with pool="cls".)
 
 `export_first_attention(model, path)` writes the masks playground's probe instead: a language
 model's first self-attention layer, with the mask as an input the page builds.
@@ -57,6 +61,7 @@ from .attention import KVCache, MultiHeadAttention, watch_weights
 from .bert import BertForMaskedLM
 from .masks import causal_mask
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
+from .vit import VisionTransformer
 
 __all__ = [
     "empty_past",
@@ -124,9 +129,12 @@ def _plan(model: nn.Module) -> tuple[list[MultiHeadAttention], list[str], list[s
             ["logits", "cross_attention"],
             {"src": {1: "S"}, "tgt": {1: "T"}, "logits": {1: "T"}, "cross_attention": {2: "T", 3: "S"}},
         )
+    if isinstance(model, VisionTransformer):  # one image of the model's size: no axis is dynamic
+        watched = [layer.self_attn for layer in model.encoder.layers]
+        return watched, ["images"], ["logits", "attention"], {}
     raise TypeError(
-        "export_onnx takes a BertForMaskedLM, a DecoderOnlyLM, an EncoderOnlyModel or a Transformer, "
-        f"got {type(model).__name__}"
+        "export_onnx takes a BertForMaskedLM, a DecoderOnlyLM, an EncoderOnlyModel, a Transformer or a "
+        f"VisionTransformer, got {type(model).__name__}"
     )
 
 
@@ -145,15 +153,30 @@ def export_onnx(model: nn.Module, path: str | Path, example: tuple[torch.Tensor,
     """Write `model` (on the CPU, in eval mode) to `path` as ONNX with batch 1 and dynamic lengths; return the path.
 
     `example` are the inputs traced, (1, length) token ids each; by default ids 1..5 (and 1..4 for
-    a Transformer's target). The lengths are dynamic in the file; the batch stays 1.
+    a Transformer's target). The lengths are dynamic in the file; the batch stays 1. A VisionTransformer
+    is traced on one image (1, C, H, W) of its own size, by default a blank one.
     """
     watched, inputs, outputs, dynamic = _plan(model)
+    if isinstance(model, VisionTransformer):
+        example = _image_example(model, example)
+        return _trace(with_attention(model.cpu()), example, path, inputs, outputs, dynamic)
     if example is None:
         example = (torch.arange(1, 6)[None], torch.arange(1, 5)[None])[: len(inputs)]  # (1, 5), and (1, 4) ids
     for name, tensor in zip(inputs, example):
         if tensor.dim() != 2 or tensor.shape[0] != 1:
             raise ValueError(f"{name} must be a (1, length) tensor of token ids, got shape {tuple(tensor.shape)}")
     return _trace(with_attention(model.cpu()), example, path, inputs, outputs, dynamic)
+
+
+def _image_example(model: VisionTransformer, example: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor]:
+    """The image a ViT is traced on: `example` once checked, or a blank one, (1, C, H, W) zeros."""
+    shape = (1, model.patches.channels, model.image_size, model.image_size)
+    if example is None:
+        return (torch.zeros(shape),)  # (1, C, H, W)
+    if len(example) != 1 or tuple(example[0].shape) != shape or not example[0].is_floating_point():
+        got = [(tuple(x.shape), str(x.dtype)) for x in example]
+        raise ValueError(f"images must be one float tensor of shape {shape} (one image of the model's size), got {got}")
+    return tuple(example)
 
 
 def _trace(

@@ -1,4 +1,4 @@
-"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM) and BERT.
+"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
 names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
@@ -24,6 +24,11 @@ claims it, in the order they are registered). Adding a family is one new section
   embeddings, exact GELU, a pooler and a tied masked-LM head (transformer_lib.bert lists each one):
   BertForMaskedLM and BertForSequenceClassification become our bert.BertForMaskedLM and
   bert.BertClassifier.
+- **ViT** is a pre-LN encoder that reads image patches through a strided convolution, with a class
+  token and learned positions: ViTForImageClassification becomes our vit.VisionTransformer.
+- **Whisper** is a pre-LN encoder-decoder: a convolutional stem and fixed sinusoids in front of the
+  encoder, learned positions and a tied output layer on the decoder, no bias on the key projections:
+  WhisperForConditionalGeneration becomes our speech.SpeechTranscriber.
 
 `surgery.with_rotary_layout` (re-exported here) moves a model between the two rotary layouts
 without changing what it computes. `transformers` is an optional dependency (the test extra
@@ -41,10 +46,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .attention import MultiHeadAttention
 from .bert import BertClassifier, BertForMaskedLM, bert_config
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
+from .speech import SpeechTranscriber, speech_config, whisper_positions
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
+from .tokenization import CharTokenizer
 from .vit import VisionTransformer, vit_config
 
 __all__ = [
@@ -723,6 +731,121 @@ def _vit_save(ours: nn.Module) -> nn.Module:
     return hf.eval()
 
 
+# ---- Whisper: the pre-LN encoder-decoder on log-mel frames, with a convolutional stem -----------------------
+# (transformer_lib.speech says what is new.) Our SpeechTranscriber has Whisper's parts under other names; its key
+# projections have no bias, as Whisper's. The encoder's sinusoids are a formula in ours and a frozen table in
+# theirs: loading checks the table is the formula's, saving writes the formula's.
+
+
+def _whisper_config(hf_config) -> TransformerConfig:
+    """A WhisperConfig -> the TransformerConfig of the same encoder-decoder; refuses by name what ours cannot build."""
+    checks = {
+        "activation_function": (hf_config.activation_function, "gelu"),
+        "decoder_attention_heads": (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
+        "decoder_ffn_dim": (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
+        "scale_embedding": (hf_config.scale_embedding, False),
+    }
+    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
+    if unsupported:
+        raise ValueError(
+            f"this Whisper differs from what the book builds (exact GELU, one head count and one feed-forward width "
+            f"for both stacks, unscaled embeddings): {unsupported}"
+        )
+    return speech_config(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.d_model,
+        num_heads=hf_config.encoder_attention_heads,
+        num_layers=hf_config.encoder_layers,
+        num_decoder_layers=hf_config.decoder_layers,
+        d_ff=hf_config.encoder_ffn_dim,
+        max_len=hf_config.max_target_positions,
+        pad_id=hf_config.pad_token_id if hf_config.pad_token_id is not None else 0,
+        tie_embeddings=hf_config.tie_word_embeddings,
+    )
+
+
+def _whisper_names(cfg: TransformerConfig) -> list[tuple[str, str]]:
+    """(our name, Whisper's name) for every tensor of WhisperForConditionalGeneration but the encoder's sinusoids."""
+    names = [
+        ("tgt_embed.table.weight", "model.decoder.embed_tokens.weight"),
+        ("tgt_pos.table.weight", "model.decoder.embed_positions.weight"),
+        ("head.weight", "proj_out.weight"),  # the token table itself when tied
+    ]
+    pairs = [
+        ("stem.conv1", "model.encoder.conv1"),
+        ("stem.conv2", "model.encoder.conv2"),
+        ("encoder.norm", "model.encoder.layer_norm"),
+        ("decoder.norm", "model.decoder.layer_norm"),
+    ]
+    for side, layers in (("encoder", cfg.num_layers), ("decoder", cfg.num_decoder_layers)):
+        attentions = [("self_attn", "self_attn")] + [("cross_attn", "encoder_attn")] * (side == "decoder")
+        norms = ["self_attn_layer_norm"] + ["encoder_attn_layer_norm"] * (side == "decoder") + ["final_layer_norm"]
+        for i in range(layers):
+            ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
+            for a, b in attentions:
+                names.append((f"{ours}{a}.k_proj.weight", f"{theirs}{b}.k_proj.weight"))  # no bias on the keys
+                pairs += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for p in ("q_proj", "v_proj", "out_proj")]
+            pairs += [(f"{ours}norm{j}", f"{theirs}{norm}") for j, norm in enumerate(norms, 1)]  # pre-LN: before each
+            pairs += [(f"{ours}feed_forward.linear1", f"{theirs}fc1"), (f"{ours}feed_forward.linear2", f"{theirs}fc2")]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _whisper_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    table = theirs["model.encoder.embed_positions.weight"]  # (max_source_positions, d_model)
+    formula = whisper_positions(*table.shape)
+    if not torch.allclose(table.float(), formula, atol=1e-3, rtol=0):  # float32 rounding of angles up to ~1500 rad
+        off = (table.float() - formula).abs().max().item()
+        raise ValueError(
+            f"this Whisper's encoder positions are not its fixed sinusoids (off by up to {off:.3g}; were they "
+            "trained?): ours are the formula's, so they would be lost"
+        )
+    return _renamed(theirs, _flipped(_whisper_names(cfg)))
+
+
+def _whisper_save(ours: nn.Module) -> nn.Module:
+    import transformers
+
+    cfg = ours.config
+    keyed = [n for n, m in ours.named_modules() if isinstance(m, MultiHeadAttention) and m.k_proj.bias is not None]
+    if keyed:
+        raise ValueError(f"Whisper's key projections have no bias; these attentions of ours have one: {keyed}")
+    if ours.n_frames % 2:
+        raise ValueError(
+            f"Whisper takes exactly 2 * max_source_positions frames, an even number; this model takes {ours.n_frames}"
+        )
+    hf_config = transformers.WhisperConfig(
+        vocab_size=cfg.tgt_vocab_size,
+        num_mel_bins=ours.n_mels,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.num_layers,
+        decoder_layers=cfg.num_decoder_layers,
+        encoder_attention_heads=cfg.num_heads,
+        decoder_attention_heads=cfg.num_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function="gelu",
+        max_source_positions=ours.n_frames // 2,
+        max_target_positions=cfg.max_len,
+        scale_embedding=False,
+        tie_word_embeddings=cfg.tie_embeddings,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.dropout,
+        activation_dropout=cfg.dropout,
+        pad_token_id=cfg.pad_id,
+        bos_token_id=CharTokenizer.bos_id,  # the book's tokenizers' ids, for generate; no weight depends on them
+        eos_token_id=CharTokenizer.eos_id,
+        decoder_start_token_id=CharTokenizer.bos_id,
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+    )
+    _check_architecture(ours, _whisper_config(hf_config), "Whisper")
+    hf = transformers.WhisperForConditionalGeneration(hf_config)
+    state = _renamed(ours.state_dict(), _whisper_names(cfg))
+    state["model.encoder.embed_positions.weight"] = ours.src_positions.clone()  # the formula's table, frozen there
+    hf.load_state_dict(state, strict=True)
+    return hf.eval()
+
+
 # ---- the registry and the two directions ---------------------------------------------------------
 
 # to_hf asks in this order: the interleaved or one-norm parallel model is GPT-J's, a rotary LayerNorm
@@ -791,11 +914,24 @@ _register(
         ),
     )
 )
+_register(
+    Family(
+        "Whisper",
+        "WhisperForConditionalGeneration",
+        _whisper_config,
+        _whisper_load,
+        _whisper_save,
+        lambda c: True,
+        ours=SpeechTranscriber,
+        build=lambda cfg, hf: SpeechTranscriber(cfg, n_mels=hf.num_mel_bins, n_frames=2 * hf.max_source_positions),
+    )
+)
 
 
 def from_hf(hf_model: nn.Module) -> nn.Module:
     """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
-    a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT."""
+    a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT, a
+    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:
         names = ", ".join(FAMILIES)

@@ -22,6 +22,16 @@ from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
 from .moe import expert_use, moe_lm_loss
 from .pretraining import MASK, PlayWords, mlm_windows
+from .speech import (
+    SAMPLING_RATE,
+    SpeechTranscriber,
+    character_error_rate,
+    speech_config,
+    touch_tone_clips,
+    touch_tone_tokenizer,
+    train_touch_tones,
+    transcribe,
+)
 from .tasks import (
     brackets_task,
     encode_labelled,
@@ -79,6 +89,12 @@ __all__ = [
     "VIT_VARIANTS",
     "vit_runs_path",
     "load_vit_runs",
+    "touch_tone_model",
+    "touch_tone_test",
+    "touch_tone_scores",
+    "SPEECH_STEPS",
+    "speech_runs_path",
+    "load_speech_runs",
     "RECIPES",
     "SEEDS",
     "SEED_RUN_STEPS",
@@ -629,6 +645,66 @@ def load_vit_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+SPEECH_STEPS = 800  # the touch-tone model: 800 AdamW steps of 32 fresh clips (25,600 clips, none seen twice)
+_SPEECH_TEST = (300, 12345)  # the held-out clips: 300, drawn from a seed that no training stream uses
+
+
+def touch_tone_model(seed: int = 0) -> SpeechTranscriber:
+    """Chapter 16's speech model: Whisper's architecture with 2 + 2 layers of width 64, 4 heads, feed-forward 256,
+    80 mel filters, 1-second clips (100 frames, 50 after the stem), up to 15 decoder positions after <bos>."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        vocab = touch_tone_tokenizer().vocab_size
+        cfg = speech_config(vocab_size=vocab, d_model=64, num_heads=4, num_layers=2, d_ff=256, max_len=16)
+        return SpeechTranscriber(cfg, n_mels=80, n_frames=100)
+
+
+def touch_tone_test() -> tuple[torch.Tensor, list[str]]:
+    """The held-out touch-tone clips every measure uses: (waveforms (300, 16000), the keys dialled in each)."""
+    n, seed = _SPEECH_TEST
+    return touch_tone_clips(n, seed=seed)
+
+
+def touch_tone_scores(model: SpeechTranscriber, waves: torch.Tensor, texts: list[str]) -> dict[str, float]:
+    """Greedy transcripts of `waves` against `texts`: {"character error rate", "exact share"} (clips all right)."""
+    heard = transcribe(model, waves, touch_tone_tokenizer(), sampling_rate=SAMPLING_RATE, max_new_tokens=8)
+    exact = sum(h == t for h, t in zip(heard, texts)) / len(texts)
+    return {"character error rate": character_error_rate(heard, texts), "exact share": exact}
+
+
+def _touch_tones(steps: int | None = None, progress: bool = False, seed: int = 0) -> tuple[nn.Module, History, dict]:
+    """The shipped touch-tone model: SPEECH_STEPS steps, about 40 s on a two-core laptop CPU."""
+    model = touch_tone_model(seed)
+    waves, texts = touch_tone_test()
+    steps = steps or SPEECH_STEPS
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        history = train_touch_tones(model, steps=steps, seed=seed, progress=progress)
+    model.eval()
+    with torch.no_grad():
+        history.eval_steps.append(steps)
+        history.evals.append(touch_tone_scores(model, waves, texts))
+    return model, history, {"n_mels": 80, "n_frames": 100}
+
+
+def speech_runs_path() -> Path:
+    """Where chapter 16's touch-tone seeds ship: transformer_lib/checkpoints/speech_runs.json (tools/speech_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "speech_runs.json"
+
+
+def load_speech_runs(path: Path | None = None) -> dict:
+    """Chapter 16's touch-tone runs: {"runs": [one record per seed]}, each with "seed", "character_error_rate",
+    "exact_share", "seconds" (held-out clips: touch_tone_test)."""
+    import json
+
+    path = path or speech_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no touch-tone runs at {path}; run `python tools/speech_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -642,6 +718,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "twelfth_night_full": lambda steps=None, progress=False: _adapt("full", steps, progress),
     "plays_bert": _plays_bert,
     "digits_vit": _digits_vit,
+    "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
 }

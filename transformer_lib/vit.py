@@ -1,4 +1,4 @@
-"""Chapter 16's Vision Transformer (work in progress): an image cut into patches, each patch a token.
+"""Chapter 16's Vision Transformer: an image cut into patches, each patch a token.
 
 The encoder is the book's own, in the pre-LN arrangement with a norm after the last layer. What is new
 sits in front of it and after it:
@@ -39,8 +39,12 @@ DIGITS_TEST = 597  # scikit-learn's 1,797 digits: 1,200 to learn from, 597 held 
 
 
 def vit_config(**fields) -> TransformerConfig:
-    """A TransformerConfig with ViT's choices (pre-LN with a final norm, exact GELU, eps 1e-12), then `fields`."""
-    vit = dict(norm_first=True, final_norm=True, activation="gelu", eps=1e-12, scale_embedding=False, dropout=0.0)
+    """A TransformerConfig with ViT's choices (pre-LN with a final norm, exact GELU, eps 1e-12), then `fields`.
+
+    An image has no vocabulary: vocab_size is 1 unless `fields` say otherwise (the encoder never reads it)."""
+    vit = dict(
+        vocab_size=1, norm_first=True, final_norm=True, activation="gelu", eps=1e-12, scale_embedding=False, dropout=0.0
+    )
     return TransformerConfig(**(vit | fields))
 
 
@@ -99,6 +103,7 @@ class PatchEmbedding(nn.Module):
         self.projection = nn.Conv2d(channels, d_model, kernel_size=patch, stride=patch)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> (B, N, d_model): one vector per patch, patches row by row."""
         _check_images(images, self.patch, self.channels)
         return self.projection(images).flatten(2).transpose(1, 2)  # (B, d, rows, cols) -> (B, N, d)
 
@@ -146,6 +151,7 @@ class VisionTransformer(nn.Module):
         return self.encoder(self.dropout(x + self.position))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> class scores (B, num_classes), read from the class token (or the mean)."""
         hidden = self.features(images)  # (B, [1 +] N, d)
         summary = hidden[:, 0] if self.pool == "cls" else hidden.mean(1)  # (B, d)
         return self.head(summary)  # (B, num_classes)

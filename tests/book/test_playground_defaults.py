@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from playground_build import brackets, common, fill_blank, inside, language_model, masks, numbers_to_words
+from playground_build import brackets, common, draw_digit, fill_blank, inside, language_model, masks, numbers_to_words
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
-MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank]
+MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank, draw_digit]
 
 
 def _defaults() -> dict:
@@ -40,6 +40,7 @@ def _build_inputs() -> dict:
         "verse": inside.VERSE,
         "seed": inside.RANDOM["seed"],
         "line": fill_blank.LINES["default"],
+        "digit": draw_digit.EXAMPLE,
     }
 
 
@@ -61,6 +62,7 @@ def _expected_inputs(d: dict) -> dict:
         "verse": d["inside"]["inside-text"],
         "seed": d["inside"]["inside-seed"],
         "line": d["fill_blank"]["fill-text"],
+        "digit": d["draw_digit"]["draw-example"],
     }
 
 
@@ -82,6 +84,7 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["brackets"]["brackets-text"] = "([])"
     d["inside"].update({"inside-text": "Wherefore art thou", "inside-seed": 7})
     d["fill_blank"]["fill-text"] = "Give me your hand, my good ___."
+    d["draw_digit"]["draw-example"] = "7"
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -180,6 +183,7 @@ def _masks_quote(m: dict) -> str:
         ("inside", lambda d: f"of {len(d['inside']['inside-text']) - 1} positions"),
         ("inside", lambda d: f"with seed {d['inside']['inside-seed']} every one"),
         ("fill_blank", lambda d: f"**The line the page opens with**, `{d['fill_blank']['fill-text']}`,"),
+        ("draw_digit", lambda d: f"**The digit the page opens with** is a held-out {d['draw_digit']['draw-example']},"),
     ],
 )
 def test_the_prose_quotes_the_defaults(page, quote):

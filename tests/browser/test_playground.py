@@ -30,6 +30,7 @@ PAGES = {
     "bracket_classifier": "brackets",
     "inside": "inside",
     "fill_blank": "fill_blank",  # its own answers and messages are tested in test_fill_blank.py
+    "draw_digit": "draw_digit",  # its own answers, keyboard drawing and empty-drawing message: test_draw_digit.py
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -494,6 +495,7 @@ STATUS = {
     "bracket_classifier": "#brackets-status",
     "inside": "#inside-status",
     "fill_blank": "#fill-status",
+    "draw_digit": "#draw-status",
 }
 # Another page's model: onnxruntime loads it, but the page cannot run it (other inputs than the page feeds)
 WRONG_MODEL = {
@@ -503,6 +505,7 @@ WRONG_MODEL = {
     "bracket_classifier": "masks",
     "inside": "numbers_to_words",
     "fill_blank": "numbers_to_words",
+    "draw_digit": "numbers_to_words",
 }
 
 

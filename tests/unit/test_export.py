@@ -54,7 +54,7 @@ def test_onnxruntime_gives_pytorchs_outputs_and_attention_at_several_lengths(kin
 
 
 def test_export_names_what_it_takes(tmp_path):
-    with pytest.raises(TypeError, match="DecoderOnlyLM, an EncoderOnlyModel or a Transformer"):
+    with pytest.raises(TypeError, match="DecoderOnlyLM, an EncoderOnlyModel, a Transformer or a VisionTransformer"):
         export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match=r"tokens must be a \(1, length\) tensor"):
         export_onnx(tl.DecoderOnlyLM(**SMALL), tmp_path / "x.onnx", example=(torch.ones(2, 3, dtype=torch.long),))
@@ -277,3 +277,42 @@ def test_bert_for_masked_lm_exports_with_its_attention_at_several_lengths(tmp_pa
         assert got_logits.shape == (1, length, 20) and got_weights.shape == (2, 4, length, length)
         torch.testing.assert_close(torch.from_numpy(got_logits), logits, atol=1e-5, rtol=0)
         torch.testing.assert_close(torch.from_numpy(got_weights), weights, atol=1e-5, rtol=0)
+
+
+def _small_vit(pool: str = "cls") -> tl.vit.VisionTransformer:
+    cfg = tl.vit.vit_config(d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=64)
+    return tl.vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10, pool=pool).eval()
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_vision_transformer_exports_with_its_attention(pool, tmp_path):
+    """The draw-a-digit page's file: images (1, 1, 8, 8) -> logits (1, 10) and attention (layers, heads, T, T), with
+    T = 17 (the class token and 16 patches) or 16 (mean pooling), equal to PyTorch's on images it was not traced on."""
+    torch.manual_seed(0)
+    model = _small_vit(pool)
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / "vit.onnx")))
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [("images", [1, 1, 8, 8])]
+    T = 17 if pool == "cls" else 16
+    g = torch.Generator().manual_seed(1)
+    for images in (torch.rand(1, 1, 8, 8, generator=g), torch.ones(1, 1, 8, 8), torch.zeros(1, 1, 8, 8)):
+        with torch.no_grad():
+            logits, weights = with_attention(model)(images)
+        got_logits, got_weights = session.run(None, {"images": images.numpy()})
+        assert got_logits.shape == (1, 10) and got_weights.shape == (2, 4, T, T)
+        torch.testing.assert_close(torch.from_numpy(got_logits), logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.from_numpy(got_weights), weights, atol=1e-5, rtol=0)
+        if pool == "cls":  # the last layer's class-token row over the patches is vit.cls_attention's map
+            torch.testing.assert_close(
+                weights[-1, :, 0, 1:].mean(0).reshape(4, 4), tl.vit.cls_attention(model, images)[0]
+            )
+
+
+def test_vision_transformer_export_names_the_image_it_takes(tmp_path):
+    model = _small_vit()
+    for wrong in (
+        (torch.zeros(1, 1, 16, 16),),
+        (torch.zeros(2, 1, 8, 8),),
+        (torch.zeros(1, 1, 8, 8, dtype=torch.long),),
+    ):
+        with pytest.raises(ValueError, match=r"images must be one float tensor of shape \(1, 1, 8, 8\)"):
+            export_onnx(model, tmp_path / "x.onnx", example=wrong)

@@ -52,6 +52,8 @@ CASES += [
     ("check_mask_tokens", "test_ch15_pretraining", "my_mask_tokens", (0,)),
     ("check_mlm_loss", "test_ch15_pretraining", "my_mlm_loss", (0, 1)),
     ("check_masked_word_accuracy", "test_ch15_pretraining", "masked_word_accuracy", (1,)),
+    ("check_patchify", "test_ch16_images_and_sound", "my_patchify", (0,)),
+    ("check_shuffled_accuracy", "test_ch16_images_and_sound", "shuffled_accuracy", (1, 2)),
 ]
 NB = [
     ("check_mean_pool", "08_encoder", "solution_mean_pool", (0, 1)),
