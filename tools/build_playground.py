@@ -12,8 +12,9 @@ the pages' own JavaScript and their defaults.json):
                     the mask as an input (the masks playground), the bracket classifier, the Shakespeare
                     model's logit lens with every layer's attention (shakespeare_char_lens.onnx: the page
                     "Inside the language model"), chapter 15's BERT with its masked-word head
-                    (plays_bert.onnx: the page "Fill in the blank") and chapter 16's Vision Transformer
-                    (digits_vit.onnx: the page "Draw a digit")
+                    (plays_bert.onnx: the page "Fill in the blank"), chapter 16's Vision Transformer
+                    (digits_vit.onnx: the page "Draw a digit") and chapter 17's base, SFT and GRPO models as step
+                    models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
                         head that tracks partners, the patterns that split a line into BERT's words,
                         the held-out digits the ViT's page can load, and each model's int8 trial ("int8")
@@ -22,12 +23,14 @@ the pages' own JavaScript and their defaults.json):
                     one step's sampling distribution, P(balanced), masked weights, the logit lens's top three
                     next characters per layer and position and every head's induction score, BERT's
                     five likeliest words at a line's blank with the attention from the blank, and the
-                    ViT's ten probabilities on drawn digits with its class token's attention
+                    ViT's ten probabilities on drawn digits with its class token's attention, and the three chat
+                    models' greedy answers (ids and text) to fixed user lines, with the right answer by program
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside, fill_blank, draw_digit); what they share is playground_build/common.py: the pages' defaults,
-which the build reads from book/_static/playground/defaults.json as the pages do, the check of every file against
-PyTorch in onnxruntime before it is written out, and the int8 trial that decides which file ships.
+brackets, inside, fill_blank, draw_digit, and assistant with three models); what they share is
+playground_build/common.py: the pages' defaults, which the build reads from book/_static/playground/defaults.json
+as the pages do, the check of every file against PyTorch in onnxruntime before it is written out (a step model's
+call by call), the greedy decoding of the step models, and the int8 trial that decides which file ships.
 """
 
 from __future__ import annotations
@@ -40,7 +43,16 @@ from pathlib import Path
 
 import torch
 
-from playground_build import brackets, draw_digit, fill_blank, inside, language_model, masks, numbers_to_words
+from playground_build import (
+    assistant,
+    brackets,
+    draw_digit,
+    fill_blank,
+    inside,
+    language_model,
+    masks,
+    numbers_to_words,
+)
 from playground_build.common import ROOT
 
 ORT_WEB = ROOT / "node_modules" / "onnxruntime-web"
@@ -81,7 +93,10 @@ def main() -> int:
     meta["inside"], expected["inside"] = inside.build(models)
     meta["fill_blank"], expected["fill_blank"] = fill_blank.build(models)
     meta["draw_digit"], expected["draw_digit"] = draw_digit.build(models)
+    assistants, expected["assistant"] = assistant.build(models)  # three models for one page, one file each
+    meta.update(assistants)
     keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "fill_blank", "draw_digit"]
+    keys += list(assistants)
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)

@@ -67,6 +67,8 @@ _SUBMODULES = (
     "pretraining",
     "vit",
     "speech",
+    "chat",
+    "alignment",
 )
 # loaded on first use: the figures (with matplotlib's pyplot) and the chapters' checkers
 _LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises"}

@@ -16,7 +16,22 @@ import torch
 from torch import nn
 
 from . import corpus
+from .alignment import preference_pairs, train_dpo, train_grpo, without_dropout
 from .bert import IGNORE, BertForMaskedLM, bert_config, mask_tokens, mlm_loss
+from .chat import (
+    MAX_ANSWER,
+    TASKS,
+    ChatTokenizer,
+    answer,
+    chat_batch,
+    chat_tokenizer,
+    exact_match_by_task,
+    exact_reward,
+    instruction,
+    random_instructions,
+    sft_loss,
+    task_words,
+)
 from .config import TransformerConfig
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
@@ -95,6 +110,21 @@ __all__ = [
     "SPEECH_STEPS",
     "speech_runs_path",
     "load_speech_runs",
+    "assistant_base",
+    "assistant_scores",
+    "sampled_pass_at_1",
+    "length_reward",
+    "REWARDS",
+    "SFT_STEPS",
+    "GRPO_STEPS",
+    "DPO_STEPS",
+    "DPO_BETAS",
+    "sft_batches",
+    "dpo_pairs",
+    "user_imitation",
+    "ASSISTANT_RUNS",
+    "assistant_runs_path",
+    "load_assistant_runs",
     "RECIPES",
     "SEEDS",
     "SEED_RUN_STEPS",
@@ -705,6 +735,217 @@ def load_speech_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+# Chapter 17, from a language model to an assistant. The base model is the shipped character model
+# (chapter 10's) with the chat template's three tokens added; every stage switches dropout off.
+SFT_STEPS = 400  # supervised fine-tuning: 400 AdamW steps of 64 exchanges (lr 1e-3, 50 warm-up steps)
+GRPO_STEPS = (
+    100  # GRPO from the shipped SFT model: 100 steps of 16 prompts x 8 sampled answers (lr 1e-4, 20 warm-up steps)
+)
+DPO_STEPS = 60  # DPO from the shipped SFT model: 60 steps of 32 pairs, about one pass over them (lr 3e-5)
+DPO_BETAS = (0.03, 0.1, 0.3, 1.0)
+_DPO_PROMPTS = (6000, 100)  # the preference pairs: the SFT model's samples on 6,000 training prompts (seeded)
+_PASS_SEED = 4321  # the samples that measure pass@1: one generator seed for every model measured
+
+
+def assistant_base() -> tuple[DecoderOnlyLM, ChatTokenizer]:
+    """(the shipped character model with the three chat tokens added, dropout off, the chat tokenizer)."""
+    from .checkpoints import load_checkpoint
+    from .surgery import add_tokens
+
+    tok = chat_tokenizer()
+    with torch.random.fork_rng():
+        base, _ = load_checkpoint("shakespeare_char")
+    return without_dropout(add_tokens(base, 3)), tok
+
+
+def length_reward(prompt: str, reply: str) -> float:
+    """A grader with a loophole: marks for a full answer, the length over MAX_ANSWER. It never reads the content."""
+    return min(len(reply), MAX_ANSWER) / MAX_ANSWER
+
+
+REWARDS: dict[str, Callable[[str, str], float]] = {"exact": exact_reward, "length": length_reward}
+
+
+def sampled_pass_at_1(model: nn.Module, tok: ChatTokenizer, words: list[str], seed: int = _PASS_SEED) -> float:
+    """pass@1 at temperature 1: the share of (task, word) prompts that one sampled answer gets exactly right."""
+    prompts = [instruction(task, w) for task in TASKS for w in words]
+    rng = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    replies = answer(model, tok, prompts, temperature=1.0, rng=rng)
+    return sum(exact_reward(p, r) for p, r in zip(prompts, replies)) / len(prompts)
+
+
+def assistant_scores(model: nn.Module, tok: ChatTokenizer) -> dict[str, float]:
+    """On the held-out words: greedy exact match per task and on average, sampled pass@1, mean greedy answer length."""
+    _, held_out = task_words()
+    scores = {f"exact {task}": v for task, v in exact_match_by_task(model, tok, held_out).items()}
+    scores["exact match"] = sum(scores.values()) / len(scores)
+    scores["pass@1"] = sampled_pass_at_1(model, tok, held_out)
+    replies = answer(model, tok, [instruction(task, w) for task in TASKS for w in held_out])
+    scores["answer length"] = sum(len(r) for r in replies) / len(replies)
+    return scores
+
+
+def sft_batches(tok: ChatTokenizer, words: list[str], seed: int = 0, batch_size: int = 64) -> Iterator[tuple]:
+    """Endless batches of right exchanges (ids, answer mask), each a task and a training word drawn from `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    while True:
+        yield chat_batch(tok, random_instructions(batch_size, words, rng))
+
+
+def _assistant_sft(
+    steps: int | None = None, progress: bool = False, seed: int = 0, mask_prompt: bool = True
+) -> tuple[nn.Module, History, dict]:
+    """Supervised fine-tuning of the base model on the three word tasks: SFT_STEPS steps, about 50 s on one thread.
+
+    The History's last evaluation holds assistant_scores, measured when the run has all SFT_STEPS steps.
+    """
+    model, tok = assistant_base()
+    train, _ = task_words()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        history = fit(
+            model,
+            lambda m, batch: sft_loss(m, batch, mask_prompt=mask_prompt),
+            sft_batches(tok, train, seed),
+            steps=steps or SFT_STEPS,
+            lr=1e-3,
+            warmup=50,
+            progress=progress,
+            desc="supervised fine-tuning" + ("" if mask_prompt else ", prompt not masked"),
+        )
+    if history.steps[-1] + 1 >= SFT_STEPS:  # a short re-run of the first steps skips the held-out scores
+        history.eval_steps.append(history.steps[-1])
+        history.evals.append(assistant_scores(model, tok))
+    return model, history, {}
+
+
+def dpo_pairs(model: nn.Module, tok: ChatTokenizer) -> list[tuple[str, str, str]]:
+    """Chapter 17's preference pairs: (prompt, right answer, a wrong answer the SFT model sampled) on training words."""
+    import random
+
+    train, _ = task_words()
+    n, seed = _DPO_PROMPTS
+    prompts = random_instructions(n, train, random.Random(seed))
+    rng = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    return preference_pairs(model, tok, prompts, rng)
+
+
+def _from_sft() -> tuple[nn.Module, nn.Module, ChatTokenizer]:
+    """(policy, frozen reference): two copies of the shipped SFT model, dropout off; and the chat tokenizer."""
+    from .checkpoints import load_checkpoint
+
+    policy, _ = load_checkpoint("assistant_sft")
+    reference, _ = load_checkpoint("assistant_sft")
+    return without_dropout(policy), without_dropout(reference), chat_tokenizer()
+
+
+def _assistant_grpo(
+    steps: int | None = None, progress: bool = False, seed: int = 0, reward: str = "exact"
+) -> tuple[nn.Module, History, dict]:
+    """GRPO from the shipped SFT model with REWARDS[reward]: GRPO_STEPS steps, about 50 s on one thread.
+
+    The History's last evaluation holds the mean reward of the first and last 20 steps' samples, and the held-out
+    scores (assistant_scores) when the run has all GRPO_STEPS steps.
+    """
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
+    policy, reference, tok = _from_sft()
+    train, _ = task_words()
+    history, rewards = train_grpo(
+        policy, reference, tok, train, REWARDS[reward], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress
+    )
+    window = min(20, len(rewards))
+    scores = assistant_scores(policy, tok) if len(rewards) >= GRPO_STEPS else {}  # a short re-run skips them
+    history.eval_steps.append(history.steps[-1])
+    history.evals.append(
+        {
+            **scores,
+            "reward, first steps": sum(rewards[:window]) / window,
+            "reward, last steps": sum(rewards[-window:]) / window,
+        }
+    )
+    return policy, history, {}
+
+
+def _assistant_dpo(
+    steps: int | None = None,
+    progress: bool = False,
+    seed: int = 0,
+    beta: float = 0.1,
+    nll_weight: float = 0.0,
+    pairs: list[tuple[str, str, str]] | None = None,
+) -> tuple[nn.Module, History, dict]:
+    """DPO from the shipped SFT model on dpo_pairs: DPO_STEPS steps of 32 pairs, about 12 s on one thread.
+
+    `pairs` may be given when several runs share them (they are dpo_pairs of the shipped SFT model).
+    """
+    policy, reference, tok = _from_sft()
+    pairs = dpo_pairs(reference, tok) if pairs is None else pairs
+    history = train_dpo(
+        policy, reference, tok, pairs, steps or DPO_STEPS, beta=beta, lr=3e-5, seed=seed, progress=progress,
+        nll_weight=nll_weight,
+    )  # fmt: skip
+    history.eval_steps.append(history.steps[-1])
+    history.evals.append({**assistant_scores(policy, tok), "pairs": float(len(pairs))})
+    return policy, history, {}
+
+
+def user_imitation(model: nn.Module, tok: ChatTokenizer, samples: int = 64, seed: int = 0) -> float:
+    """The share of `samples` continuations of a lone ``<|user|>`` that start like a request ('reverse '...).
+
+    A model trained on the whole exchange learned to write the user's part too; one trained on the
+    answers only never saw what follows ``<|user|>``.
+    """
+    from .decoding import generate
+
+    device = next(model.parameters()).device
+    rng = torch.Generator(device=device).manual_seed(seed)
+    prompt = torch.full((samples, 1), tok.user_id, device=device)  # (samples, 1)
+    written = generate(model, prompt, 8, temperature=1.0, rng=rng)[:, 1:]  # (samples, 8)
+    starts = tuple(f"{task} " for task in TASKS)
+    return (
+        sum(tok.base.decode([i for i in row if i < tok.base.vocab_size]).startswith(starts) for row in written.tolist())
+        / samples
+    )
+
+
+# chapter 17's comparisons (tools/assistant_runs.py over SEEDS): name -> run(seed) -> (model, history, {}); the DPO
+# runs also take pairs= (dpo_pairs of the shipped SFT model, computed once for all of them).
+# The SFT runs vary the seed of the SFT run itself; the DPO and GRPO runs all start from the shipped SFT
+# model (seed 0) and vary their own seed (DPO: the order of the same pairs; GRPO: the prompts and samples).
+ASSISTANT_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
+    "sft": lambda seed: _assistant_sft(seed=seed),
+    "sft, prompt not masked": lambda seed: _assistant_sft(seed=seed, mask_prompt=False),
+    "grpo": lambda seed: _assistant_grpo(seed=seed),
+    "grpo, length reward": lambda seed: _assistant_grpo(seed=seed, reward="length"),
+    **{
+        f"dpo, beta {beta}": (lambda seed, pairs=None, beta=beta: _assistant_dpo(seed=seed, beta=beta, pairs=pairs))
+        for beta in DPO_BETAS
+    },
+    "dpo + nll, beta 0.1": lambda seed, pairs=None: _assistant_dpo(seed=seed, beta=0.1, nll_weight=1.0, pairs=pairs),
+}
+
+
+def assistant_runs_path() -> Path:
+    """Where chapter 17's seeds ship: transformer_lib/checkpoints/assistant_runs.json (tools/assistant_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "assistant_runs.json"
+
+
+def load_assistant_runs(path: Path | None = None) -> dict:
+    """Chapter 17's runs: {"runs": {name: [one record per seed]}, "base": scores}; each record holds "seed",
+    the held-out scores of assistant_scores, "seconds", and for GRPO the mean rewards of the first and last steps."""
+    import json
+
+    path = path or assistant_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no chapter 17 runs at {path}; run `python tools/assistant_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -721,6 +962,8 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
+    "assistant_sft": _assistant_sft,
+    "assistant_grpo": _assistant_grpo,
 }
 
 

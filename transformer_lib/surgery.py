@@ -1,11 +1,12 @@
 """Model surgery: copies of a DecoderOnlyLM with their inside rearranged, computing the same function.
 
-Three operations, each returning a new model on the device of the one it was given (the original
+Four operations, each returning a new model on the device of the one it was given (the original
 is never changed):
 
 - `permute_heads` renumbers the attention heads of every layer;
 - `with_rotary_layout` moves a rotary model between the interleaved and the rotate-half pairing;
-- `prepend_layer` adds one layer in front that writes nothing, so every layer moves one down.
+- `prepend_layer` adds one layer in front that writes nothing, so every layer moves one down;
+- `add_tokens` gives the vocabulary new ids at its end (chapter 17's chat tokens), the old ones unchanged.
 
 Used by `hf` (checkpoints in the other rotary layout) and by the checkers of chapters 13 and 14,
 which run a learner's measurement on such copies: an answer that measures the model passes, an
@@ -23,7 +24,7 @@ from .config import ROTARY_LAYOUTS
 from .models import DecoderOnlyLM
 from .positional import rotary_permutation
 
-__all__ = ["permute_heads", "with_rotary_layout", "prepend_layer"]
+__all__ = ["permute_heads", "with_rotary_layout", "prepend_layer", "add_tokens"]
 
 
 def _placed_like(twin: nn.Module, model: nn.Module) -> nn.Module:
@@ -149,4 +150,33 @@ def prepend_layer(model: DecoderOnlyLM, *, seed: int = 0) -> DecoderOnlyLM:
     state |= {f"{prefix}0.{name}": t for name, t in twin.decoder.layers[0].state_dict().items()}
     twin.load_state_dict(state)  # copied in: the twin shares no tensor with the model
     _silence(twin.decoder.layers[0])
+    return twin.eval()
+
+
+def add_tokens(model: DecoderOnlyLM, n: int, *, seed: int = 0) -> DecoderOnlyLM:
+    """A copy with n more token ids at the end of its vocabulary: old ids give the same logits as before.
+
+    The new rows of the embedding table (and of the output layer, tied to it or not) are drawn as a
+    fresh model's would be, from `seed`; a new output bias starts at zero. Until training, the old
+    ids' logits are unchanged and the new ids get logits like any untrained row's.
+    """
+    _check_model(model, "add_tokens")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    cfg = model.config
+    size = cfg.vocab_size + n
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        twin = _placed_like(DecoderOnlyLM(cfg.replace(vocab_size=size, tgt_vocab_size=size)), model)
+    state = twin.state_dict()
+    for name, tensor in model.state_dict().items():
+        if tensor.shape == state[name].shape:
+            state[name] = tensor
+        else:  # a table with one row per id: the old rows copied, the new ones kept as drawn
+            grown = state[name].clone()
+            grown[: tensor.shape[0]] = tensor
+            if name == "head.bias":
+                grown[tensor.shape[0] :] = 0
+            state[name] = grown
+    twin.load_state_dict(state)
     return twin.eval()

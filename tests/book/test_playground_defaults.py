@@ -16,13 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from playground_build import brackets, common, draw_digit, fill_blank, inside, language_model, masks, numbers_to_words
+from playground_build import (
+    assistant,
+    brackets,
+    common,
+    draw_digit,
+    fill_blank,
+    inside,
+    language_model,
+    masks,
+    numbers_to_words,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
-MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank, draw_digit]
+MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank, draw_digit, assistant]
 
 
 def _defaults() -> dict:
@@ -41,6 +51,7 @@ def _build_inputs() -> dict:
         "seed": inside.RANDOM["seed"],
         "line": fill_blank.LINES["default"],
         "digit": draw_digit.EXAMPLE,
+        "assistant": (assistant.EXAMPLES[0], assistant.LINES[0]),
     }
 
 
@@ -63,6 +74,7 @@ def _expected_inputs(d: dict) -> dict:
         "seed": d["inside"]["inside-seed"],
         "line": d["fill_blank"]["fill-text"],
         "digit": d["draw_digit"]["draw-example"],
+        "assistant": (d["assistant"]["assistant-line"], d["assistant"]["assistant-line"]),
     }
 
 
@@ -85,6 +97,7 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["inside"].update({"inside-text": "Wherefore art thou", "inside-seed": 7})
     d["fill_blank"]["fill-text"] = "Give me your hand, my good ___."
     d["draw_digit"]["draw-example"] = "7"
+    d["assistant"]["assistant-line"] = "shout sweet"
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -184,6 +197,7 @@ def _masks_quote(m: dict) -> str:
         ("inside", lambda d: f"with seed {d['inside']['inside-seed']} every one"),
         ("fill_blank", lambda d: f"**The line the page opens with**, `{d['fill_blank']['fill-text']}`,"),
         ("draw_digit", lambda d: f"**The digit the page opens with** is a held-out {d['draw_digit']['draw-example']},"),
+        ("assistant", lambda d: f"**The line the page opens with**, `{d['assistant']['assistant-line']}`."),
     ],
 )
 def test_the_prose_quotes_the_defaults(page, quote):

@@ -418,7 +418,7 @@ def test_the_prose_quotes_the_recorded_answers(expected, info):
     assert f"it still gives {layer2[5]:.2f} and {layer2[6]:.2f} to the two middle patches of the second row" in text
     assert f"about {info['bytes'] / 1e6:.2f} MB" in text
     index = _prose("index")
-    assert "These seven pages let you choose." in index
+    assert "These eight pages let you choose." in index
     trial = info["int8"]
     assert (
         trial["shipped"] == "fp32"

@@ -37,6 +37,8 @@ LATER = [
     "pretraining",
     "vit",
     "speech",
+    "chat",
+    "alignment",
     "hf",
     "export",
     "recipes",

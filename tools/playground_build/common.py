@@ -7,7 +7,9 @@ module reads them here (page_defaults) for the inputs whose answers it records, 
 tests ask the pages for are those of the inputs the pages open with.
 
 Every file is run in onnxruntime (Python) and compared with PyTorch before it is written out (check_session,
-export_checked). The models come from the shipped checkpoints, so the files are build outputs and stay out of git.
+export_checked; a step model with a KV cache call by call, check_steps). The pages that decode greedily with such a
+model share greedy_with_margin (PyTorch's text and its closest tie) and greedy_onnx (the page's loop, in Python).
+The models come from the shipped checkpoints, so the files are build outputs and stay out of git.
 
 Each model is also tried in int8 (quantize_int8: onnxruntime's own MatMulNBitsQuantizer, weight-only,
 which onnxruntime-web's wasm backend runs). The int8 file ships in place of the fp32 one only when
@@ -31,7 +33,7 @@ import onnxruntime as ort
 import torch
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from transformer_lib.export import export_onnx, with_attention
+from transformer_lib.export import empty_past, export_onnx, step_model, with_attention
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"  # each page's form's starting values
@@ -87,6 +89,56 @@ def export_checked(model, path: Path, inputs: tuple[torch.Tensor, ...]) -> float
     with torch.no_grad():
         expected = with_attention(model)(*inputs)
     return check_session(path.stem, ort.InferenceSession(str(path)), inputs, expected)
+
+
+def greedy_with_margin(model, prompt: torch.Tensor, n: int, stop: int | None = None) -> tuple[torch.Tensor, float]:
+    """PyTorch's greedy continuation (model.generate, temperature 0: `n` new tokens) and the smallest gap between the
+    two likeliest logits on the way, up to the first `stop` id written (all `n` steps when None or never written): a
+    gap near onnxruntime's rounding could let a page pick the other token. Returns ((1, T0 + n), the gap)."""
+    out = model.generate(prompt, n, temperature=0.0)  # (1, T0 + n)
+    with torch.no_grad():
+        logits = model(out[:, :-1])[0, prompt.shape[1] - 1 :]  # (n, V): the logits each new token was chosen from
+    new = out[0, prompt.shape[1] :].tolist()
+    steps = new.index(stop) + 1 if stop in new else n  # the steps a page that stops at `stop` takes
+    top2 = logits[:steps].topk(2, dim=-1).values  # (steps, 2)
+    return out, float((top2[:, 0] - top2[:, 1]).min())
+
+
+def check_steps(path: Path, model, sequence: torch.Tensor, prompt: int, tolerance=TOLERANCE) -> float:
+    """Run the step model `path` (transformer_lib.export.export_step) as a page does on `sequence` (1, T): the first
+    `prompt` tokens with an empty past, then one token per call. Each call's logits must be the full forward pass's
+    for its positions, and its keys and values PyTorch's step model's (`tolerance`; None: only measure, as for an
+    int8 file). Returns the largest absolute difference."""
+    session, step = ort.InferenceSession(str(path)), step_model(model)
+    with torch.no_grad():
+        full = model(sequence)  # (1, T, V)
+    keys = values = empty_past(model)  # (L, 1, h_kv, 0, d_k)
+    gap, start = 0.0, 0
+    for end in range(prompt, sequence.shape[1] + 1):
+        tokens = sequence[:, start:end]  # (1, T_new): the prompt, then one token
+        with torch.no_grad():
+            _, present_keys, present_values = step(tokens, keys, values)
+        expected = (full[:, start:end], present_keys, present_values)
+        checked = check_session(
+            f"{path.stem} at position {start}", session, (tokens, keys, values), expected, tolerance
+        )
+        gap = max(gap, checked)
+        keys, values, start = present_keys, present_values, end
+    return gap
+
+
+def greedy_onnx(session: ort.InferenceSession, model, ids: list[int], n: int, stop: int | None = None) -> list[int]:
+    """A page's greedy text in onnxruntime with a step model: the prompt `ids` once, then one token per call with the
+    keys and values carried; returns the new ids: `n`, or fewer when the `stop` id comes (it is the last one)."""
+    keys = values = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k)
+    feed, new = np.array([ids]), []
+    for _ in range(n):
+        logits, keys, values = session.run(None, {"tokens": feed, "past_keys": keys, "past_values": values})
+        new.append(int(logits[0, -1].argmax()))
+        if new[-1] == stop:
+            break
+        feed = np.array([new[-1:]])  # (1, 1)
+    return new
 
 
 def quantize_int8(path: Path) -> Path:

@@ -2,7 +2,7 @@
 
 models/shakespeare_char_step.onnx keeps a KV cache: the page feeds the prompt once, then one character per call,
 carrying the keys and values. The step model is checked call by call, from the prompt to the model's last position,
-against the full forward pass's logits (_check_steps).
+against the full forward pass's logits (common.check_steps).
 
 The build records PyTorch's greedy text on PROMPTS, the page's default prompt and length first (defaults.json), and
 on the longest the model allows: 8 prompt characters and 120 new (LONGEST); and one step's sampling distribution
@@ -14,31 +14,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
 import torch
 
 import transformer_lib as tl
 from transformer_lib import recipes
-from transformer_lib.export import empty_past, export_step, step_model
+from transformer_lib.export import export_step
 
-from .common import AGREEMENT, check_session, corpus_texts, page_defaults, specials, try_int8
+from .common import (
+    AGREEMENT,
+    check_steps,
+    corpus_texts,
+    greedy_onnx,
+    greedy_with_margin,
+    page_defaults,
+    specials,
+    try_int8,
+)
 
 PAGE = page_defaults("language_model")  # the form's starting values: {"lm-prompt": "Romeo.\n", "lm-length": 60, ...}
 PROMPTS = [(PAGE["lm-prompt"], PAGE["lm-length"]), ("To be, or not to be", 60)]  # (prompt, new characters), greedy
 LONGEST = "Juliet.\n"  # 8 characters, then new ones up to the model's 128 positions: the longest text it writes
 # one step's distribution: the page's prompt and temperature; top-k 5 and top-p 0.6 (the test sets them) both cut
 SAMPLING = {"prompt": PAGE["lm-prompt"], "temperature": PAGE["lm-temperature"], "top_k": 5, "top_p": 0.6}
-
-
-def _greedy_with_margin(model, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
-    """PyTorch's greedy continuation (model.generate, temperature 0) and the smallest gap between the two
-    likeliest logits on the way: a gap near onnxruntime's rounding could let the page pick the other token."""
-    out = model.generate(prompt, n, temperature=0.0)  # (1, T0 + n)
-    with torch.no_grad():
-        logits = model(out[:, :-1])[0, prompt.shape[1] - 1 :]  # (n, V): the logits each new token was chosen from
-    top2 = logits.topk(2, dim=-1).values  # (n, 2)
-    return out, float((top2[:, 0] - top2[:, 1]).min())
 
 
 def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,37 +50,6 @@ def _sampling_distribution(model, prompt: torch.Tensor) -> tuple[torch.Tensor, t
     return logits.softmax(-1), scaled.softmax(-1)
 
 
-def _check_steps(path: Path, model, sequence: torch.Tensor, prompt: int) -> float:
-    """Run the step model `path` as the page does on `sequence` (1, T): the first `prompt` tokens with an empty
-    past, then one token per call. Each call's logits must be the full forward pass's for its positions, and its
-    keys and values PyTorch's step model's (TOLERANCE). Returns the largest absolute difference."""
-    session, step = ort.InferenceSession(str(path)), step_model(model)
-    with torch.no_grad():
-        full = model(sequence)  # (1, T, V)
-    keys = values = empty_past(model)  # (L, 1, h_kv, 0, d_k)
-    gap, start = 0.0, 0
-    for end in range(prompt, sequence.shape[1] + 1):
-        tokens = sequence[:, start:end]  # (1, T_new): the prompt, then one token
-        with torch.no_grad():
-            _, present_keys, present_values = step(tokens, keys, values)
-        expected = (full[:, start:end], present_keys, present_values)
-        gap = max(gap, check_session(f"{path.stem} at position {start}", session, (tokens, keys, values), expected))
-        keys, values, start = present_keys, present_values, end
-    return gap
-
-
-def _greedy_onnx(session: ort.InferenceSession, model, ids: list[int], n: int) -> list[int]:
-    """The language-model page's greedy text in onnxruntime with the step model: the prompt `ids` once, then one
-    token per call with the keys and values carried; returns the `n` new ids."""
-    keys = values = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k)
-    feed, new = np.array([ids]), []
-    for _ in range(n):
-        logits, keys, values = session.run(None, {"tokens": feed, "past_keys": keys, "past_values": values})
-        new.append(int(logits[0, -1].argmax()))
-        feed = np.array([new[-1:]])  # (1, 1)
-    return new
-
-
 def build(models: Path) -> tuple[dict, dict]:
     """Write the step model into `models`; -> (meta, PyTorch's greedy texts, longest text and sampling step)."""
     model, _ = tl.load_checkpoint("shakespeare_char")
@@ -91,13 +57,13 @@ def build(models: Path) -> tuple[dict, dict]:
     cfg = model.config
     answers = []
     for prompt, n in [*PROMPTS, (LONGEST, cfg.max_len - len(LONGEST))]:
-        out, margin = _greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), n)
+        out, margin = greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), n)
         if margin < 1e-3:
             raise SystemExit(f"the greedy continuation of {prompt!r} passes a near tie ({margin:.1e}); pick another")
         answers.append({"prompt": prompt, "new": n, "text": tok.decode(out[0, len(prompt) :]), "margin": margin})
     longest = answers.pop()  # the browser tests' longest text, apart from the cases they loop over
     path = export_step(model, models / "shakespeare_char_step.onnx")
-    gap = _check_steps(path, model, out, len(LONGEST))  # out: the longest text, all of max_len
+    gap = check_steps(path, model, out, len(LONGEST))  # out: the longest text, all of max_len
     cases = [(tok.encode(p), n) for p, n in [*PROMPTS, (LONGEST, cfg.max_len - len(LONGEST))]]
     cases += [(ids, PROMPTS[0][1]) for ids in corpus_texts(val, AGREEMENT - len(cases), 16)]  # 16 characters, 60 new
     reference = [model.generate(torch.tensor([ids]), n, temperature=0.0)[0, len(ids) :].tolist() for ids, n in cases]
@@ -106,10 +72,10 @@ def build(models: Path) -> tuple[dict, dict]:
         f"the greedy text identical, {PROMPTS[0][1]} new characters or more",
         cases,
         reference,
-        lambda session, case: _greedy_onnx(session, model, *case),
+        lambda session, case: greedy_onnx(session, model, *case),
     )
     if int8["shipped"] == "int8":
-        raise SystemExit("an int8 step model would need its own step check (_check_steps holds it to 1e-5)")
+        raise SystemExit("an int8 step model would need its own step check (check_steps holds it to 1e-5)")
     attn = model.decoder.layers[0].self_attn
     meta = {
         "itos": tok.itos,

@@ -1,10 +1,8 @@
 // Language model: the book's Shakespeare character model continues the reader's prompt, one character at a time.
 //
 // The model (models/shakespeare_char_step.onnx) is tl.DecoderOnlyLM, 4 layers, 4 heads, 128 positions,
-// exported with a KV cache (transformer_lib.export.step_model):
-//   tokens (1, T_new), past_keys, past_values (L, 1, h, T_past, d_k)
-//     -> logits (1, T_new, V), present_keys, present_values (L, 1, h, T_past + T_new, d_k)
-// The first call feeds the prompt with an empty past (T_past = 0); each later call feeds only the
+// exported with a KV cache (transformer_lib.export.step_model), which playground.js's CachedDecoder runs:
+// the first call feeds the prompt with an empty past (T_past = 0); each later call feeds only the
 // character just chosen, with the keys and values the call before returned, so a step computes one
 // position instead of the whole text so far. The text is the same as without the cache (?cache=0 in
 // the page's address feeds the whole text with an empty past at every step: benchmarks/playground.py
@@ -14,7 +12,7 @@
 // numbers are not torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
 
 import {
-  argmax, fillDefaults, firstAnswer, generator, guarded, idsTensor, loadModel, painted, showError, shown, softmax,
+  argmax, CachedDecoder, fillDefaults, firstAnswer, generator, guarded, loadModel, painted, showError, shown, softmax,
   startPage, unknownCharacters,
 } from "./playground.js";
 
@@ -23,10 +21,6 @@ const SHOWN_CANDIDATES = 8;
 const USE_CACHE = new URLSearchParams(window.location.search).get("cache") !== "0"; // ?cache=0: without, to compare
 const FRAME_MS = 16; // let the browser paint the text about once a frame: after every character, a step would
 // take at least a frame (60 characters a second), however fast the model is
-
-// The keys or values before the first call: (L, 1, h_kv, 0, d_k), no position seen yet
-const emptyPast = (ort, info) =>
-  new ort.Tensor("float32", new Float32Array(0), [info.layers, 1, info.kv_heads, 0, info.head_width]);
 
 // A whole-number field -> its value, or null when it is empty or not a whole number at least `min`
 function wholeNumber(id, min) {
@@ -113,7 +107,7 @@ function showStep(k) {
 }
 
 async function generate() {
-  const { ort, session, info } = model;
+  const { info } = model;
   const s = settings(info);
   for (const id of ["lm-prompt", "lm-length", "lm-topk", "lm-seed"]) $(id).setAttribute("aria-invalid", String(s.field === id));
   if (showError($("lm-error"), $(s.field ?? "lm-prompt"), s.error)) {
@@ -124,24 +118,19 @@ async function generate() {
   const start = performance.now();
   const ids = [...s.prompt].map((c) => info.itos.indexOf(c)); // (T,) character ids
   const random = generator(s.seed);
-  const empty = emptyPast(ort, info);
-  let past = { keys: empty, values: empty }; // the cache: keys and values of the positions fed so far
+  const decoder = new CachedDecoder(model); // the cache: keys and values of the positions fed so far
   let fresh = ids.slice(); // the ids the model has not seen: the prompt, then each chosen character
-  const run = { cache: USE_CACHE, fed: [], run_ms: 0 }; // what the browser tests and the benchmark read
+  const run = { cache: USE_CACHE, fed: decoder.fed, run_ms: 0 }; // what the browser tests and the benchmark read
   let paintedAt = start;
   steps = [];
   $("lm-prompt-echo").textContent = s.prompt;
   $("lm-generated").textContent = "";
   for (let step = 0; step < s.n && running; step++) {
     const tokens = USE_CACHE ? fresh : ids; // without the cache: the whole text, from an empty past
-    if (!USE_CACHE) past = { keys: empty, values: empty };
+    if (!USE_CACHE) decoder.reset();
     const began = performance.now();
-    const out = await session.run({ tokens: idsTensor(ort, tokens), past_keys: past.keys, past_values: past.values });
+    const logits = await decoder.feed(tokens); // (V,): the last position's
     run.run_ms += performance.now() - began;
-    run.fed.push(tokens.length);
-    past = { keys: out.present_keys, values: out.present_values }; // (L, 1, h_kv, T_past + T_new, d_k) each
-    const [, T, V] = out.logits.dims; // logits (1, T_new, V)
-    const logits = out.logits.data.subarray((T - 1) * V, T * V); // (V,): the last position's
     const d = distribution(logits, s);
     const next = sample(random, d.sampling); // at temperature 0, sampling is 1 at the argmax
     const shownIds = d.order.slice(0, SHOWN_CANDIDATES);

@@ -144,6 +144,54 @@ export function firstAnswer(key, since) {
 // ids (n numbers) -> an int64 tensor of shape (1, n)
 export const idsTensor = (ort, ids) => new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, ids.length]);
 
+// A language model exported with a key-value cache (transformer_lib.export.export_step), which the language-model and
+// the assistant pages decode with:
+//   tokens (1, T_new), past_keys, past_values (L, 1, h_kv, T_past, d_k)
+//     -> logits (1, T_new, V), present_keys, present_values (L, 1, h_kv, T_past + T_new, d_k)
+// feed(ids) runs the ids the model has not seen yet after the cache so far, keeps the cache the call returns and
+// gives the last position's logits (V). The first call feeds the prompt with an empty cache (T_past = 0); each
+// later call only the id just chosen, so a step computes one position instead of the whole text so far. reset()
+// empties the cache. `fed` counts the ids each call fed, for the browser tests and the benchmark.
+export class CachedDecoder {
+  constructor({ ort, session, info }) {
+    this.ort = ort;
+    this.session = session;
+    this.empty = new ort.Tensor("float32", new Float32Array(0), [info.layers, 1, info.kv_heads, 0, info.head_width]);
+    this.fed = [];
+    this.reset();
+  }
+
+  reset() {
+    this.past = { keys: this.empty, values: this.empty }; // (L, 1, h_kv, 0, d_k): no position seen yet
+  }
+
+  async feed(ids) {
+    const out = await this.session.run({ tokens: idsTensor(this.ort, ids), past_keys: this.past.keys,
+      past_values: this.past.values });
+    this.past = { keys: out.present_keys, values: out.present_values }; // (L, 1, h_kv, T_past + T_new, d_k) each
+    this.fed.push(ids.length);
+    const [, T, V] = out.logits.dims; // logits (1, T_new, V)
+    return out.logits.data.subarray((T - 1) * V, T * V); // (V,): the last position's
+  }
+}
+
+// Greedy decoding with the cache, as transformer_lib.decoding.generate at temperature 0: `prompt` (ids) once, then
+// each id chosen, the likeliest (the first on a tie, as torch.argmax). Stops after `maxNew` ids, or once the id
+// `stop` is written (it is kept). `each(written)` is called with the ids so far after each one. -> the ids written
+export async function greedy(decoder, prompt, maxNew, stop = null, each = async () => {}) {
+  decoder.reset();
+  const written = [];
+  let fresh = prompt;
+  while (written.length < maxNew) {
+    const next = argmax(await decoder.feed(fresh));
+    written.push(next);
+    await each(written);
+    if (next === stop) break;
+    fresh = [next];
+  }
+  return written;
+}
+
 // A tensor of dims (...lead, R, C) and one index per leading dim -> R rows of C numbers (views, no copy)
 export function rows(tensor, ...lead) {
   const dims = tensor.dims;

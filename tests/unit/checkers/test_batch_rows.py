@@ -54,6 +54,8 @@ CASES += [
     ("check_masked_word_accuracy", "test_ch15_pretraining", "masked_word_accuracy", (1,)),
     ("check_patchify", "test_ch16_images_and_sound", "my_patchify", (0,)),
     ("check_shuffled_accuracy", "test_ch16_images_and_sound", "shuffled_accuracy", (1, 2)),
+    ("check_dpo_loss", "test_ch17_assistant", "my_dpo_loss", (0, 1, 2, 3)),
+    ("check_group_advantages", "test_ch17_assistant", "my_group_advantages", (0,)),
 ]
 NB = [
     ("check_mean_pool", "08_encoder", "solution_mean_pool", (0, 1)),
