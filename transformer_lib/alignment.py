@@ -171,7 +171,6 @@ def preference_pairs(
     prompts: list[str],
     rng: torch.Generator | None = None,
     samples: int = 4,
-    temperature: float = 1.0,
 ) -> list[tuple[str, str, str]]:
     """(prompt, chosen, rejected) triples from the model's own sampled answers, judged by the checker.
 
@@ -181,7 +180,7 @@ def preference_pairs(
     """
     pairs = []
     repeated = [p for p in prompts for _ in range(samples)]
-    replies = answer(model, tok, repeated, temperature=temperature, rng=rng)
+    replies = answer(model, tok, repeated, temperature=1.0, rng=rng)
     for i, prompt in enumerate(prompts):
         right = solve(prompt)
         wrong = [r for r in replies[i * samples : (i + 1) * samples] if r != right]
@@ -217,7 +216,8 @@ def train_dpo(
     """DPO on (prompt, chosen, rejected) triples: `steps` AdamW steps of `batch_size` pairs; the policy learns in place.
 
     The reference is frozen: its log-probabilities of every chosen and rejected answer are
-    computed once, before training. Dropout is switched off in both models.
+    computed once, before training. Dropout is switched off in both models. nll_weight > 0 adds
+    that many times the chosen answers' cross-entropy per token (DPO + chosen NLL, TRL's rpo_alpha).
     """
     if not pairs:
         raise ValueError("no preference pairs: the model answered every prompt right, so there is nothing to prefer")

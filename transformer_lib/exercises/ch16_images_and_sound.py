@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +12,7 @@ from torch import nn
 
 from .. import vit
 from ..vit import VisionTransformer, vit_config
-from ._common import CORRECT, Verdict, Wrong, _seeded, aten_ops, checker, measure, no, refusing, run
+from ._common import CORRECT, Verdict, Wrong, _seeded, aten_ops, checker, measure, no, one_thread, refusing, run
 from ._match import _shape, expect_tensor, same, spot
 
 __all__ = ["check_patchify", "check_stem_frames", "check_shuffled_accuracy"]
@@ -433,23 +432,11 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return a is None and b is None or a is not None and b is not None and a.shape == b.shape and torch.equal(a, b)
 
 
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Within the block torch runs on one thread: a few hundred images through a small model take a tenth of the
-    time they take on two threads of a busy machine. The number of threads is restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @checker
 def check_shuffled_accuracy(fn: Callable) -> str:
     """Experiment: fn(model, images (N, 1, H, W), labels (N,), patch, seed) -> accuracy with each image's patches
     shuffled, a new order per image, drawn from torch.Generator().manual_seed(seed)."""
-    with _one_thread():
+    with one_thread():
         return _check_shuffled(fn)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
@@ -17,7 +16,7 @@ from .. import alignment, chat
 from ..chat import ChatTokenizer
 from ..tasks import pad_sequences
 from ..tokenization import CharTokenizer
-from ._common import CORRECT, Wrong, _seeded, checker, measure, no, run
+from ._common import CORRECT, Wrong, _seeded, checker, measure, no, one_thread, run
 from ._match import expect_tensor, same
 
 __all__ = ["check_answer_mask", "check_dpo_loss", "check_group_advantages", "check_kl_drift"]
@@ -440,17 +439,6 @@ _SAMPLE = "sample with chat.sample_answers(policy, tok, prompts, temperature=1.0
 _SAMPLE += "torch.Generator().manual_seed(seed)"
 
 
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Within the block torch runs on one thread (small models, fast on a busy machine); restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @functools.cache
 def _assistants() -> tuple[nn.Module, nn.Module, nn.Module, ChatTokenizer, list[str]]:
     """The shipped SFT model, a copy with jittered weights, the base model (dropout off, eval mode), the chat
@@ -562,7 +550,7 @@ def check_kl_drift(fn: Callable) -> str:
     prompt sampled from the policy at temperature 1 (chat.sample_answers, rng=torch.Generator().manual_seed(seed)),
     the sum over its tokens of log p_policy - log p_reference, averaged over the prompts. Run on the checker's
     models, prompts and seeds."""
-    with _one_thread(), torch.random.fork_rng(devices=[]):
+    with one_thread(), torch.random.fork_rng(devices=[]):
         return _check_drift(fn)
 
 

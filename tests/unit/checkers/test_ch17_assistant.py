@@ -566,7 +566,7 @@ def test_kl_drift_other_routes_pass(right):
 
 
 def test_the_drift_cases_span_zero_small_and_large_and_the_base_models_answers_are_cut():
-    with ex17._one_thread():  # as the checker runs: a few hundredths of a second, not a minute on a busy machine
+    with ex17.one_thread():  # as the checker runs: a few hundredths of a second, not a minute on a busy machine
         wants = [ex17._wanted(case) for case in ex17._DRIFT_CASES]
         assert wants[0] == 0.0  # a model against itself
         assert 0.2 < wants[1] < 5 and 0.2 < wants[3] < 5  # a jittered copy, both ways
