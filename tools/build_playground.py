@@ -11,7 +11,10 @@ the pages' own JavaScript and their defaults.json):
                     one character per call, carrying the keys and values), its first attention layer with
                     the mask as an input (the masks playground), the bracket classifier, the Shakespeare
                     model's logit lens with every layer's attention (shakespeare_char_lens.onnx: the page
-                    "Inside the language model"), chapter 15's BERT with its masked-word head
+                    "Inside the language model"), the same model with switches as inputs that zero or
+                    mean-ablate heads and layers, remove the positions and skip norms
+                    (shakespeare_char_ablation.onnx: that page's "Break it, and watch"), chapter 15's BERT
+                    with its masked-word head
                     (plays_bert.onnx: the page "Fill in the blank"), chapter 16's Vision Transformer
                     (digits_vit.onnx: the page "Draw a digit") and chapter 17's base, SFT and GRPO models as step
                     models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt")
@@ -27,7 +30,7 @@ the pages' own JavaScript and their defaults.json):
                     models' greedy answers (ids and text) to fixed user lines, with the right answer by program
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside, fill_blank, draw_digit, and assistant with three models); what they share is
+brackets, inside and ablation for one page, fill_blank, draw_digit, and assistant with three models); what they share is
 playground_build/common.py: the pages' defaults, which the build reads from book/_static/playground/defaults.json
 as the pages do, the check of every file against PyTorch in onnxruntime before it is written out (a step model's
 call by call), the greedy decoding of the step models, and the int8 trial that decides which file ships.
@@ -44,6 +47,7 @@ from pathlib import Path
 import torch
 
 from playground_build import (
+    ablation,
     assistant,
     brackets,
     draw_digit,
@@ -91,11 +95,13 @@ def main() -> int:
     if onnx_brackets is not None:  # the int8 file's own numbers, which the page must give (the tests compare)
         expected["onnx"] = {"bracket_classifier": onnx_brackets}
     meta["inside"], expected["inside"] = inside.build(models)
+    meta["inside_ablation"], expected["inside_ablation"] = ablation.build(models)
     meta["fill_blank"], expected["fill_blank"] = fill_blank.build(models)
     meta["draw_digit"], expected["draw_digit"] = draw_digit.build(models)
     assistants, expected["assistant"] = assistant.build(models)  # three models for one page, one file each
     meta.update(assistants)
-    keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "fill_blank", "draw_digit"]
+    keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "inside_ablation"]
+    keys += ["fill_blank", "draw_digit"]
     keys += list(assistants)
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size

@@ -70,8 +70,9 @@ _SUBMODULES = (
     "chat",
     "alignment",
 )
-# loaded on first use: the figures (with matplotlib's pyplot) and the chapters' checkers
-_LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises"}
+# loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
+# which needs onnx, from the test extra, only when it writes a file)
+_LAZY = {"viz": "viz", "exercises": "exercises", "NotYetDone": "exercises", "export": "export"}
 
 __all__ = [
     *(name for module in _ROOT for name in importlib.import_module(f"{__name__}.{module}").__all__),
@@ -81,7 +82,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """Load `viz` or `exercises` the first time it, or one of its names (a figure, NotYetDone), is asked for."""
+    """Load `viz`, `exercises` or `export` the first time it, or one of its names (a figure, NotYetDone), is used."""
     if name in _LAZY:
         module = importlib.import_module(f"{__name__}.{_LAZY[name]}")  # once imported, a plain attribute
         return module if name == _LAZY[name] else getattr(module, name)

@@ -50,6 +50,8 @@ installs them, and the package itself does not need them.
 
 from __future__ import annotations
 
+import json
+import struct
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -59,16 +61,23 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, watch_weights
 from .bert import BertForMaskedLM
+from .inside import norm_names
 from .masks import causal_mask
 from .models import DecoderOnlyLM, EncoderOnlyModel, Transformer
 from .vit import VisionTransformer
 
 __all__ = [
+    "ablation_model",
+    "ablation_points",
+    "ablation_switches",
     "empty_past",
+    "export_ablation",
     "export_first_attention",
     "export_lens",
     "export_onnx",
     "export_step",
+    "for_playground",
+    "read_playground",
     "first_attention",
     "lens_model",
     "step_model",
@@ -378,3 +387,253 @@ def _all_rotary_tables(model: DecoderOnlyLM) -> None:
     for layer in model.decoder.layers:
         if layer.self_attn.rotary:
             layer.self_attn._rotary_tables(model.config.max_len, torch.device("cpu"))
+
+
+# One file that a playground page reads from the reader's own disk: the model as ONNX and what the page must know.
+#
+#   PLAYGROUND_MAGIC (16 bytes) | format version (uint32, little-endian) | header length n (uint32) |
+#   header: n bytes of UTF-8 JSON | the ONNX file (header["onnx_bytes"] bytes)
+#
+# The header has the kind ("language_model": the language-model page's step model with a KV cache, as
+# export_step writes it), the name, the parameter count, the vocabulary (itos), the special tokens' ids and
+# the lengths the page checks its input against: everything models/meta.json tells a page about the book's model.
+PLAYGROUND_MAGIC = b"TBS-PLAYGROUND\r\n"  # 16 bytes; \r\n catches a file mangled by a text-mode copy
+PLAYGROUND_VERSION = 1
+PLAYGROUND_MAX_BYTES = 64_000_000  # the pages refuse larger files: a model this size still runs in a browser tab
+PLAYGROUND_SUFFIX = ".playground"
+PLAYGROUND_KINDS = {"language_model": "a DecoderOnlyLM with a CharTokenizer (the language-model page)"}
+
+
+def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path = ".") -> Path:
+    """Write `model` and its `tokenizer` into one file, ``<directory>/<name>.playground``, for the playground
+    pages' "Your own model" picker; return its path. Nothing is uploaded: the page reads the file from your disk.
+
+    model: a DecoderOnlyLM (the language-model page runs it with a KV cache, as `export_step` writes it);
+    tokenizer: the CharTokenizer it was trained with (the page types characters). The model itself is left as
+    it was: a copy is exported, on the CPU, in eval mode. Needs `onnx` and `onnxscript` (pip install onnx
+    onnxscript); when `onnxruntime` is installed too, the file is run once and compared with PyTorch first.
+    """
+    from .tokenization import CharTokenizer
+
+    if not isinstance(name, str) or not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"name must be 1 to 64 letters, digits, '_' or '-' (it names the file), got {name!r}")
+    if not isinstance(model, DecoderOnlyLM):
+        kinds = "; ".join(PLAYGROUND_KINDS.values())
+        raise TypeError(f"for_playground takes {kinds}, got a {type(model).__name__}")
+    if not isinstance(tokenizer, CharTokenizer):
+        raise TypeError(
+            "for_playground takes the CharTokenizer the model was trained with (the page types characters), "
+            f"got a {type(tokenizer).__name__}"
+        )
+    cfg = model.config
+    if len(tokenizer.itos) != cfg.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer.itos)} tokens and the model's vocabulary {cfg.vocab_size}: "
+            "pass the tokenizer the model was trained with"
+        )
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export needs it; say so before a long trace fails)
+    except ImportError as err:
+        raise ImportError("for_playground writes ONNX: pip install onnx onnxscript, then call it again") from err
+    import copy
+    import tempfile
+
+    exported = copy.deepcopy(model).cpu().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_bytes = export_step(exported, Path(tmp) / f"{name}.onnx").read_bytes()
+    _check_step_bytes(exported, onnx_bytes)
+    attn = exported.decoder.layers[0].self_attn
+    header = {
+        "kind": "language_model",
+        "name": name,
+        "parameters": sum(p.numel() for p in exported.parameters()),
+        "itos": list(tokenizer.itos),
+        "specials": {
+            **{s: getattr(tokenizer, f"{s}_id") for s in ("pad", "bos", "eos", "unk")},
+            "count": 4,  # the ids before the characters: <pad>, <bos>, <eos>, <unk>
+        },
+        "max_len": cfg.max_len,
+        "d_model": cfg.d_model,
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+        "kv_heads": attn.num_kv_heads,  # the cache's shape, (layers, 1, kv_heads, T_past, head_width)
+        "head_width": attn.d_k,
+        "onnx_bytes": len(onnx_bytes),
+    }
+    text = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    data = PLAYGROUND_MAGIC + struct.pack("<II", PLAYGROUND_VERSION, len(text)) + text + onnx_bytes
+    if len(data) > PLAYGROUND_MAX_BYTES:
+        raise ValueError(
+            f"the file would be {len(data) / 1e6:.1f} MB; the pages take up to {PLAYGROUND_MAX_BYTES / 1e6:.0f} MB. "
+            "Train a smaller model (fewer layers or a smaller d_model)"
+        )
+    path = Path(directory) / f"{name}{PLAYGROUND_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def read_playground(path: str | Path) -> tuple[dict, bytes]:
+    """A file of for_playground -> (its header, its ONNX bytes), checked as the pages check it: ValueError naming
+    what was expected and what came for a file of another kind, version, or one cut short."""
+    data = Path(path).read_bytes()
+    if len(data) > PLAYGROUND_MAX_BYTES:
+        raise ValueError(f"{path} has {len(data) / 1e6:.1f} MB, more than the {PLAYGROUND_MAX_BYTES / 1e6:.0f} MB read")
+    fixed = len(PLAYGROUND_MAGIC) + 8
+    if len(data) < fixed or not data.startswith(PLAYGROUND_MAGIC):
+        raise ValueError(
+            f"{path} is not a playground file: expected one written by tl.export.for_playground, starting with "
+            f"{PLAYGROUND_MAGIC!r}, got {data[: len(PLAYGROUND_MAGIC)]!r}"
+        )
+    version, n = struct.unpack("<II", data[len(PLAYGROUND_MAGIC) : fixed])
+    if version != PLAYGROUND_VERSION:
+        raise ValueError(f"{path} has format version {version}; this library reads version {PLAYGROUND_VERSION}")
+    if len(data) < fixed + n:
+        raise ValueError(f"{path} is cut short: its header should have {n} bytes, {len(data) - fixed} are there")
+    header = json.loads(data[fixed : fixed + n].decode("utf-8"))
+    onnx_bytes = data[fixed + n :]
+    if header.get("kind") not in PLAYGROUND_KINDS:
+        kind = header.get("kind")
+        raise ValueError(f"{path} holds a model of kind {kind!r}; expected one of {list(PLAYGROUND_KINDS)}")
+    if len(onnx_bytes) != header.get("onnx_bytes"):
+        raise ValueError(
+            f"{path} is cut short or padded: its model should have {header.get('onnx_bytes')} bytes, "
+            f"{len(onnx_bytes)} are there"
+        )
+    return header, onnx_bytes
+
+
+def _check_step_bytes(model: DecoderOnlyLM, onnx_bytes: bytes) -> None:
+    """Run the exported step model once in onnxruntime, when it is installed, and compare it with PyTorch."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return  # the export itself is tested in the book's own suite (tests/unit/test_playground_file.py)
+    session = ort.InferenceSession(onnx_bytes)
+    tokens = torch.arange(min(5, model.config.max_len))[None] % model.config.vocab_size  # (1, 5)
+    past = empty_past(model)  # (L, 1, h_kv, 0, d_k)
+    got = session.run(None, {"tokens": tokens.numpy(), "past_keys": past.numpy(), "past_values": past.numpy()})[0]
+    with torch.no_grad():
+        expected = model(tokens)  # (1, 5, V)
+    worst = float((torch.from_numpy(got) - expected).abs().max())
+    if worst > 1e-4 * (1 + float(expected.abs().max())):
+        raise RuntimeError(f"the exported model's logits differ from PyTorch's by {worst:.1e}: please report this")
+
+
+# The inside page's switches: one graph whose inputs say what is switched off, so that the page needs no file per
+# switch. Codes: a head or a layer is 0 on, 1 zeroed, 2 replaced by its mean; positions and norms are 1 on, 0 off.
+ABLATION_ON, ABLATION_ZERO, ABLATION_MEAN = 0, 1, 2
+
+
+class _Ablation(nn.Module):
+    """(tokens (1, T), heads (L, h), layers (L,), positions (1,), norms (N,)) -> logits (1, T, V)."""
+
+    def __init__(self, model: DecoderOnlyLM, head_means: torch.Tensor, output_means: torch.Tensor):
+        super().__init__()
+        self.model = model
+        self.register_buffer("head_means", head_means)  # (L, h, d_k): each head's mean output
+        self.register_buffer("output_means", output_means)  # (L, 2, d): each layer's attention's and FF's mean output
+
+    def forward(self, tokens, heads, layers, positions, norms) -> torch.Tensor:
+        def switched(value, code, mean):  # code 0: the value; 1: zeros; 2: the mean, broadcast over the positions
+            return value * (code == ABLATION_ON).to(value) + mean * (code == ABLATION_MEAN).to(value)
+
+        def skipped(on):  # a norm's forward hook: its output when on is 1, its input when 0
+            return lambda m, args, out: out * on.to(out) + args[0] * (1 - on.to(out))
+
+        hooks = []
+        try:
+            for i, layer in enumerate(self.model.decoder.layers):
+                mha = layer.self_attn
+
+                def head_hook(m, args, i=i, mha=mha):
+                    value = args[0].unflatten(-1, (mha.num_heads, mha.d_k))  # (1, T, h, d_k)
+                    code = heads[i][:, None]  # (h, 1)
+                    return (switched(value, code, self.head_means[i]).flatten(-2),)  # (1, T, h * d_k)
+
+                hooks.append(mha.out_proj.register_forward_pre_hook(head_hook))
+                hooks.append(
+                    mha.register_forward_hook(
+                        lambda m, a, out, i=i: (switched(out[0], layers[i], self.output_means[i, 0]), out[1])
+                    )
+                )
+                hooks.append(
+                    layer.feed_forward.register_forward_hook(
+                        lambda m, a, out, i=i: switched(out, layers[i], self.output_means[i, 1])
+                    )
+                )
+            for k, name in enumerate(norm_names(self.model)):  # each layer's attn_norm and ff_norm, the final norm
+                where, role = name.rsplit(".", 1)
+                norm = getattr(self.model.get_submodule(where), role)
+                hooks.append(norm.register_forward_hook(skipped(norms[k])))
+            hooks.append(self.model.pos.register_forward_hook(skipped(positions[0])))
+            return self.model(tokens)  # (1, T, V)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+
+def ablation_model(model: DecoderOnlyLM, means: torch.Tensor) -> nn.Module:
+    """The module that export_ablation traces: the model with switches as inputs.
+
+        tokens (1, T), heads (L, h) int64, layers (L,) int64, positions (1,) int64, norms (N,) int64
+            -> logits (1, T, V)
+
+    heads[i, j] and layers[i]: ABLATION_ON (0), ABLATION_ZERO (1) or ABLATION_MEAN (2); a layer switched off
+    adds neither its attention's output nor its feed-forward's. positions[0] and norms (the N norms of
+    inside.norm_names: each layer's attn_norm and ff_norm, then a pre-LN model's final norm): 1 on, 0 off. `means` is
+    ``inside.mean_activations(model, tokens, names)`` of a dataset, with names as `ablation_points(model)` gives
+    them. For a DecoderOnlyLM with a dense feed-forward and learned or sinusoidal positions: the same numbers
+    as inside.zero_heads, mean_heads, zero_output, mean_output, skip_norms and without_positions."""
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"ablation_model takes a DecoderOnlyLM, got {type(model).__name__}")
+    cfg = model.config
+    if cfg.positional not in ("learned", "sinusoidal") or cfg.attention_only or cfg.parallel_block:
+        raise ValueError(
+            "ablation_model takes a model with learned or sinusoidal positions, a feed-forward in every layer and "
+            f"no parallel block; got positional={cfg.positional!r}, attention_only={cfg.attention_only}, "
+            f"parallel_block={cfg.parallel_block}"
+        )
+    points = ablation_points(model)
+    missing = [p for p in points if p not in means]
+    if missing:
+        raise KeyError(f"means lacks {missing}: pass inside.mean_activations(model, tokens, ablation_points(model))")
+    L = cfg.num_layers
+    head_means = torch.stack([means[f"decoder.layers.{i}.self_attn.heads"] for i in range(L)])  # (L, h, d_k)
+    output_means = torch.stack(
+        [
+            torch.stack([means[f"decoder.layers.{i}.self_attn.out"], means[f"decoder.layers.{i}.feed_forward.out"]])
+            for i in range(L)
+        ]
+    )  # (L, 2, d)
+    return _Ablation(model, head_means.float(), output_means.float()).eval()
+
+
+def ablation_points(model: DecoderOnlyLM) -> list[str]:
+    """The hook points whose means ablation_model needs: each layer's heads, attention output and FF output."""
+    return [
+        f"decoder.layers.{i}.{point}"
+        for i in range(model.config.num_layers)
+        for point in ("self_attn.heads", "self_attn.out", "feed_forward.out")
+    ]
+
+
+def ablation_switches(model: DecoderOnlyLM) -> tuple[torch.Tensor, ...]:
+    """Every switch on: (heads (L, h), layers (L,), positions (1,), norms (N,)), int64 (N: inside.norm_names)."""
+    L, h = model.config.num_layers, model.config.num_heads
+    return (
+        torch.zeros(L, h, dtype=torch.long),
+        torch.zeros(L, dtype=torch.long),
+        torch.ones(1, dtype=torch.long),
+        torch.ones(len(norm_names(model)), dtype=torch.long),
+    )
+
+
+def export_ablation(model: DecoderOnlyLM, means: dict, path: str | Path) -> Path:
+    """Write ``ablation_model(model, means)`` (on the CPU) to `path` as ONNX with a dynamic length T."""
+    module = ablation_model(model.cpu(), means)
+    example = (torch.arange(1, 6)[None], *ablation_switches(model))
+    example[1][0, 0] = ABLATION_MEAN  # traced with a head, a layer, the positions and a norm switched: no constant
+    example[2][1] = ABLATION_ZERO
+    inputs = ["tokens", "heads", "layers", "positions", "norms"]
+    return _trace(module, example, path, inputs, ["logits"], {"tokens": {1: "T"}, "logits": {1: "T"}})

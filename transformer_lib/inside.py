@@ -15,6 +15,8 @@ received and returned. `head_contributions` turns "heads" into what each head wr
 residual stream (they sum, with out_proj's bias, to "out"). `intervene` changes the same points
 during a forward pass: ablate a head, patch a head, a position or a whole layer from another run;
 `patching_effect` patches site after site over a batch of clean/corrupted pairs, in either direction.
+Breaking a model: `zero_output` and `mean_output` switch a sublayer off, `skip_norms` skips norms and
+`without_positions` removes the positional encoding; `mean_activations` gives the means that mean ablation uses.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ __all__ = [
     "induction_scores",
     "zero_heads",
     "mean_heads",
+    "zero_output",
+    "mean_output",
+    "norm_names",
+    "skip_norms",
+    "without_positions",
+    "mean_activations",
     "patch",
     "patching_effect",
     "head_circuits",
@@ -435,3 +443,81 @@ def patching_effect(
             m = metric(model(*run))  # (B,)
         shares.append((m - m_corrupt) / difference if direction == "denoise" else (m_clean - m) / difference)
     return torch.stack(shares)  # (S, B)
+
+
+# Breaking a model while watching it: a layer switched off, the positions removed, a norm skipped. These join
+# zero_heads and mean_heads; the inside playground's switches give the same numbers (export.ablation_model).
+
+
+def zero_output() -> _Edit:
+    """An edit for "<layer>.<sublayer>.out": the sublayer adds nothing (zero ablation of it)."""
+    return torch.zeros_like
+
+
+def mean_output(mean: torch.Tensor) -> _Edit:
+    """An edit for "<layer>.<sublayer>.out": the sublayer adds `mean` (d,) or (T, d), e.g. its mean over a dataset."""
+
+    def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, d)
+        return mean.to(value).expand_as(value).clone()
+
+    return edit
+
+
+def norm_names(model: nn.Module) -> list[str]:
+    """The norms `skip_norms` can skip, in the order they run: each layer's "<layer>.attn_norm" (and "cross_norm"),
+    "<layer>.ff_norm", then the stack's final norm ("decoder.norm")."""
+    names = []
+    for prefix, layer in _layers(model):
+        roles = ["attn_norm", "cross_norm", "ff_norm"]
+        names += [f"{prefix}.{role}" for role in roles if getattr(layer, role, None) is not None]
+    for stack in ("encoder", "decoder"):
+        if isinstance(getattr(getattr(model, stack, None), "norm", None), nn.Module):
+            names.append(f"{stack}.norm")
+    return names
+
+
+@contextmanager
+def skip_norms(model: nn.Module, names: Sequence[str]) -> Iterator[None]:
+    """Within the block, each named norm (`norm_names`) hands its input on unchanged: as if it were not there.
+
+    A parallel block's shared norm is one module: skipping its attn_norm skips its ff_norm too."""
+    known = norm_names(model)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"no norm {unknown}; norm_names(model) lists them: {known}")
+    modules = []
+    for name in names:
+        where, role = name.rsplit(".", 1)
+        modules.append(getattr(model.get_submodule(where), role))
+    handles = [m.register_forward_hook(lambda m, args, out: args[0]) for m in {id(m): m for m in modules}.values()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def without_positions(model: nn.Module) -> Iterator[None]:
+    """Within the block, the model's positional encoding adds nothing: every position looks alike, and only the
+    causal mask still tells the positions apart. For a learned or sinusoidal encoding (model.pos); rotary
+    positions turn the queries and keys inside attention instead, which this does not undo."""
+    pos = getattr(model, "pos", None)
+    kind = getattr(getattr(model, "config", None), "positional", None)
+    if pos is None or kind not in ("learned", "sinusoidal"):
+        raise ValueError(
+            f"without_positions takes a model that adds learned or sinusoidal positions (model.pos), got a "
+            f"{type(model).__name__} with positional={kind!r}"
+        )
+    handle = pos.register_forward_hook(lambda m, args, out: args[0])  # x, not x + the position's vector
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def mean_activations(model: nn.Module, tokens: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The mean of each hook point in `names` over the batch `tokens` (B, T) and its positions: (h, d_k) for
+    "<attention>.heads", (d,) for a residual stream or a sublayer's output; what mean_heads and mean_output take."""
+    _, cache = run_with_cache(model, tokens, names=names)
+    return {name: cache[name].flatten(0, 1).mean(0) for name in names}  # (B * T, ...) -> (...)

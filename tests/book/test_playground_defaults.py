@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from playground_build import (
+    ablation,
     assistant,
     brackets,
     common,
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
-MODULES = [numbers_to_words, language_model, masks, brackets, inside, fill_blank, draw_digit, assistant]
+MODULES = [numbers_to_words, language_model, masks, brackets, inside, ablation, fill_blank, draw_digit, assistant]
 
 
 def _defaults() -> dict:
@@ -48,6 +49,7 @@ def _build_inputs() -> dict:
         "masks": masks.MASKS,
         "brackets": brackets.QUOTED,
         "verse": inside.VERSE,
+        "broken": ablation.PROMPT,
         "seed": inside.RANDOM["seed"],
         "line": fill_blank.LINES["default"],
         "digit": draw_digit.EXAMPLE,
@@ -71,6 +73,7 @@ def _expected_inputs(d: dict) -> dict:
         },
         "brackets": ["([()])[]", "([(])][]", d["brackets"]["brackets-text"], "[]"],
         "verse": d["inside"]["inside-text"],
+        "broken": d["inside"]["inside-text"],  # the switches' text continues the page's text
         "seed": d["inside"]["inside-seed"],
         "line": d["fill_blank"]["fill-text"],
         "digit": d["draw_digit"]["draw-example"],

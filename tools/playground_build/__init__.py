@@ -7,6 +7,7 @@
     masks             the masks page: that model's first attention layer, the mask as an input
     brackets          the brackets page: the bracket classifier and its head that tracks partners
     inside            the inside page: that model's logit lens and every layer's attention
+    ablation          the inside page's switches: that model with heads, layers, positions and norms switched off
     fill_blank        the fill-in-the-blank page: chapter 15's BERT, its guesses at a blank and the attention from it
     draw_digit        the draw-a-digit page: chapter 16's ViT, its probabilities and its class token's attention
     assistant         the three-models page: chapter 17's base, SFT and GRPO models, step models with a KV cache

@@ -8,9 +8,18 @@
 // shows the three likeliest next characters at each position for each layer. attention[l] is layer l's
 // attention weights, one (T, T) map per head, from which the page computes each head's induction score
 // exactly as tl.inside.induction_scores does.
+//
+// "Break it, and watch" runs a second file, models/shakespeare_char_ablation.onnx: the same model as one graph whose
+// inputs are switches (transformer_lib.export.ablation_model):
+//   tokens (1, T), heads (L, h), layers (L,), positions (1,), norms (2L + 1,), int64 -> logits (1, T, V)
+// heads and layers: 0 on, 1 zeroed, 2 replaced by the mean output (over 64 windows of the validation text);
+// positions and norms (each layer's attention and feed-forward norm, then the final norm): 1 on, 0 off. These are
+// tl.inside's zero_heads, mean_heads, zero_output, mean_output, without_positions and skip_norms, number for number.
+// The page computes the bits per character on a fixed passage and writes greedily after the reader's text, running
+// the whole text at each step (the switches change every position, so no cache is kept).
 
 import {
-  clearResult, fillDefaults, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel, rows,
+  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel, rows,
   showError, shown, softmax, startPage, unknownCharacters,
 } from "./playground.js";
 
@@ -179,6 +188,127 @@ function drawAttention(out, s, info) {
     rowTitle: "query", colTitle: "key", outlined: (r, c) => targets[r].includes(c) });
 }
 
+// ---- Break it, and watch ----
+
+const SWITCH_CHOICES = [["on", "0"], ["zeroed", "1"], ["its mean", "2"]];
+
+function switchSelect(id, label) {
+  const select = cell("select", "", { id, "aria-label": label, class: "inside-switch" });
+  for (const [text, code] of SWITCH_CHOICES) select.append(new Option(text, code, code === "0", code === "0"));
+  return select;
+}
+
+function switchBox(id, label, visible = false) {
+  const box = cell("input", "", { id, type: "checkbox", ...(visible ? {} : { "aria-label": label }) });
+  box.checked = box.defaultChecked = true;
+  if (!visible) return box;
+  const span = cell("span", "", { class: "playground-field" });
+  span.append(box, cell("label", label, { for: id }));
+  return span;
+}
+
+// The switches' table: one row per layer (the whole layer, each head, its two norms), then the positions and the
+// final norm
+function buildSwitches(L, h) {
+  const head = $("inside-switches").tHead.rows[0];
+  head.replaceChildren(cell("td"), cell("th", "whole layer", { scope: "col" }),
+    ...Array.from({ length: h }, (_, k) => cell("th", `head ${k + 1}`, { scope: "col" })),
+    cell("th", "attention norm", { scope: "col" }), cell("th", "feed-forward norm", { scope: "col" }));
+  $("inside-switches").tBodies[0].replaceChildren(...Array.from({ length: L }, (_, l) => {
+    const tr = cell("tr");
+    const td = (node) => { const c = cell("td"); c.append(node); return c; };
+    tr.append(cell("th", `layer ${l + 1}`, { scope: "row" }), td(switchSelect(`inside-layer-${l}`, `Layer ${l + 1}`)),
+      ...Array.from({ length: h }, (_, k) => td(switchSelect(`inside-head-${l}-${k}`, `Layer ${l + 1}, head ${k + 1}`))),
+      td(switchBox(`inside-norm-${2 * l}`, `Layer ${l + 1}, attention norm`)),
+      td(switchBox(`inside-norm-${2 * l + 1}`, `Layer ${l + 1}, feed-forward norm`)));
+    return tr;
+  }));
+  $("inside-global-switches").replaceChildren(switchBox("inside-positions", "Positions", true),
+    switchBox(`inside-norm-${2 * L}`, "Final norm", true));
+}
+
+// The switches as the graph's inputs ([heads (L of h), layers (L), positions (1), norms (2L + 1)], numbers) and in
+// words: what is off
+function switchValues(L, h) {
+  const code = (id) => Number($(id).value);
+  const on = (id) => ($(id).checked ? 1 : 0);
+  const heads = Array.from({ length: L }, (_, l) => Array.from({ length: h }, (_, k) => code(`inside-head-${l}-${k}`)));
+  const layers = Array.from({ length: L }, (_, l) => code(`inside-layer-${l}`));
+  const norms = Array.from({ length: 2 * L + 1 }, (_, i) => on(`inside-norm-${i}`));
+  const how = ["", "zeroed", "by its mean"];
+  const off = [];
+  layers.forEach((c, l) => { if (c) off.push(`layer ${l + 1} ${how[c]}`); });
+  heads.forEach((row, l) => row.forEach((c, k) => { if (c) off.push(`layer ${l + 1} head ${k + 1} ${how[c]}`); }));
+  if (!on("inside-positions")) off.push("the positions");
+  norms.forEach((n, i) => {
+    if (!n) off.push(i === 2 * L ? "the final norm" : `layer ${Math.floor(i / 2) + 1}'s ${i % 2 ? "feed-forward" : "attention"} norm`);
+  });
+  return { inputs: [heads, layers, [on("inside-positions")], norms], off };
+}
+
+const int64 = (ort, values, dims) => new ort.Tensor("int64", BigInt64Array.from(values, BigInt), dims);
+
+// ids (T) and the switches -> logits (1, T, V) of the model as switched
+async function runSwitched(ids, inputs) {
+  const { ort, session } = broken;
+  const [heads, layers, positions, norms] = inputs;
+  const out = await session.run({ tokens: idsTensor(ort, ids), heads: int64(ort, heads.flat(), [heads.length, heads[0].length]),
+    layers: int64(ort, layers, [layers.length]), positions: int64(ort, positions, [1]), norms: int64(ort, norms, [norms.length]) });
+  return out.logits;
+}
+
+// logits (1, T, V) over a passage of ids (T) -> the mean of -log2 p(next character) over its T - 1 positions
+function bitsPerCharacter(logits, ids) {
+  const V = logits.dims[2];
+  let total = 0;
+  for (let t = 0; t + 1 < ids.length; t++) {
+    const row = logits.data.subarray(t * V, (t + 1) * V);
+    const top = Math.max(...row);
+    const logSum = top + Math.log(row.reduce((sum, x) => sum + Math.exp(x - top), 0));
+    total += (logSum - row[ids[t + 1]]) / Math.LN2;
+  }
+  return total / (ids.length - 1);
+}
+
+let broken = null; // the switchable model: {ort, session, info}
+let whole = null; // the whole model's bits per character on the passage
+let breakLatest = 0; // the newest request: an answer that arrives after a newer one is dropped
+
+async function breakIt() {
+  if (broken === null || model === null) return;
+  const request = ++breakLatest;
+  const { layers: L, heads: h, itos } = model.info;
+  const { inputs, off } = switchValues(L, h);
+  const passage = [...broken.info.passage].map((c) => itos.indexOf(c));
+  const bpc = bitsPerCharacter(await runSwitched(passage, inputs), passage);
+  if (request !== breakLatest) return;
+  const s = check($("inside-text").value, model.info);
+  let written = "";
+  if (!s.error) {
+    const ids = s.ids.slice();
+    const n = Math.min(broken.info.new, model.info.max_len - ids.length);
+    for (let i = 0; i < n; i++) {
+      const logits = await runSwitched(ids, inputs); // (1, T, V): the whole text, as the switches change every position
+      if (request !== breakLatest) return;
+      const V = logits.dims[2];
+      ids.push(argmax(logits.data.subarray((ids.length - 1) * V, ids.length * V)));
+    }
+    written = ids.slice(s.ids.length).map((i) => itos[i]).join("");
+  }
+  $("inside-break-prompt").textContent = s.error ? "" : s.text;
+  $("inside-break-written").textContent = written;
+  const status = $("inside-break-status");
+  status.dataset.bpc = String(bpc);
+  status.dataset.switches = JSON.stringify(inputs);
+  status.textContent = `Bits per character on the passage: ${bpc.toFixed(3)}` +
+    (whole === null || off.length === 0 ? " (the whole model)" : ` (the whole model: ${whole.toFixed(3)}; ` +
+      `${bpc >= whole ? "+" : "−"}${Math.abs(bpc - whole).toFixed(3)})`) +
+    `. Switched off: ${off.length ? off.join(", ") : "nothing"}. ` +
+    (s.error ? "No text written: the text above has a problem." : `Greedy, ${written.length} characters after your text.`);
+}
+
+const breakRun = () => guarded("inside: breaking the model", $("inside-break-status"), breakIt);
+
 let model = null;
 let latest = 0; // the newest request: an answer that arrives after a newer request is dropped
 let answer = null; // the last answer shown: {out, s}, redrawn when the layer or head changes
@@ -226,6 +356,7 @@ async function onRandom() {
   $("inside-text").value = repeatedRandom(model.info, seed, block);
   $("inside-source").textContent = `A random string of ${block} characters (seed ${seed}), shown twice. `;
   await run();
+  await breakRun();
 }
 
 async function main() {
@@ -243,10 +374,20 @@ async function main() {
     $("inside-source").textContent = ""; // the reader's own text now
     $("inside-seed").setAttribute("aria-invalid", "false");
     run();
+    breakRun();
   });
   $("inside-random").addEventListener("click", () => guarded("inside: drawing a random string", $("inside-status"), onRandom));
-  $("inside-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  $("inside-form").addEventListener("submit", (e) => { e.preventDefault(); run(); breakRun(); });
   await run();
+  buildSwitches(layers, heads);
+  $("inside-break-form").addEventListener("change", breakRun);
+  $("inside-break-form").addEventListener("submit", (e) => { e.preventDefault(); breakRun(); });
+  $("inside-break-reset").addEventListener("click", () => { $("inside-break-form").reset(); breakRun(); });
+  broken = await loadModel("inside_ablation", $("inside-break-status"));
+  $("inside-break-passage").textContent = broken.info.passage;
+  const passage = [...broken.info.passage].map((c) => model.info.itos.indexOf(c));
+  whole = bitsPerCharacter(await runSwitched(passage, switchValues(layers, heads).inputs), passage);
+  await breakRun();
 }
 
 startPage("inside", $("inside-status"), main);

@@ -12,8 +12,8 @@
 // numbers are not torch's: a seed repeats its text on this page, not the text of torch.manual_seed(seed) in Python.
 
 import {
-  argmax, CachedDecoder, fillDefaults, firstAnswer, generator, guarded, loadModel, painted, showError, shown, softmax,
-  startPage, unknownCharacters,
+  argmax, CachedDecoder, fillDefaults, firstAnswer, generator, guarded, loadModel, ownModelPicker, painted, showError,
+  shown, softmax, startPage, unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -88,7 +88,8 @@ function sample(random, sampling) {
   return sampling.findLastIndex((p) => p > 0); // u beyond the sum's rounding: the last possible id
 }
 
-let model = null;
+let model = null; // the model the page writes with: the book's, or the reader's own (ownModelPicker)
+let bookModel = null;
 let running = false;
 let steps = []; // per generated character: {context, chosen, candidates [{index, token, p, drawn}]}
 
@@ -108,6 +109,7 @@ function showStep(k) {
 
 async function generate() {
   const { info } = model;
+  const key = info.own ? "own" : "shakespeare_char"; // whose timings: the book's model's, or the reader's
   const s = settings(info);
   for (const id of ["lm-prompt", "lm-length", "lm-topk", "lm-seed"]) $(id).setAttribute("aria-invalid", String(s.field === id));
   if (showError($("lm-error"), $(s.field ?? "lm-prompt"), s.error)) {
@@ -148,25 +150,54 @@ async function generate() {
       paintedAt = performance.now();
     }
   }
-  firstAnswer("shakespeare_char", start);
-  window.playgroundTimings.shakespeare_char.last_run = { ...run, total_ms: performance.now() - start };
+  window.playgroundTimings[key] ??= {};
+  firstAnswer(key, start);
+  window.playgroundTimings[key].last_run = { ...run, total_ms: performance.now() - start };
   $("lm-step").disabled = false;
   $("lm-status").textContent = `${running ? "Done" : "Stopped"}: ${steps.length} characters written ` +
     `(temperature ${s.temperature}${s.topK ? `, top-k ${s.topK}` : ""}${s.topP < 1 ? `, top-p ${s.topP}` : ""}): ` +
     $("lm-generated").textContent;
 }
 
+// The length field's limit for a model with `max_len` positions; a length that no longer fits after the prompt is
+// shortened to fit, so that a smaller model loaded from disk writes at once (the status counts what it wrote)
+function fitLength(info) {
+  $("lm-length").max = String(info.max_len - 1);
+  const room = info.max_len - [...$("lm-prompt").value].length;
+  if (room >= 1 && Number($("lm-length").value) > room) $("lm-length").value = String(room);
+}
+
+let writing = false; // true while generate runs (running turns false when Stop asks it to end)
+
 async function onSubmit(event) {
   event?.preventDefault();
-  if (model === null || running) return; // the buttons stay enabled, so focus stays where the reader left it
-  running = true;
+  if (model === null || writing) return; // the buttons stay enabled, so focus stays where the reader left it
+  running = writing = true;
   await guarded("language model: writing", $("lm-status"), generate);
-  running = false;
+  running = writing = false;
 }
 
 async function main() {
   await fillDefaults("language_model"); // the form's starting values, which the build's answers are for
-  model = await loadModel("shakespeare_char", $("lm-status"));
+  ownModelPicker("lm", "language_model", { // the reader's own model, read from disk: write with it at once
+    onLoad: async (loaded) => {
+      running = false; // a text still being written stops first
+      while (writing) await painted();
+      model = loaded;
+      fitLength(loaded.info);
+      await onSubmit();
+    },
+    onReset: async () => {
+      running = false;
+      while (writing) await painted();
+      model = bookModel;
+      if (model !== null) {
+        fitLength(model.info);
+        await onSubmit();
+      }
+    },
+  });
+  model = bookModel = await loadModel("shakespeare_char", $("lm-status"));
   for (const id of ["lm-temperature", "lm-topp"]) {
     const show = () => { $(`${id}-value`).textContent = $(id).value; };
     $(id).addEventListener("input", show);

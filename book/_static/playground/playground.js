@@ -340,3 +340,140 @@ export function generator(seed) {
 
 // Wait for the browser to paint, so that a streamed answer is seen growing
 export const painted = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+
+// The reader's own model: one file written by tl.export.for_playground(model, tokenizer, name) in a notebook, read
+// from the reader's disk with a file picker or by dropping it on the page. Nothing is uploaded: the bytes go from
+// the file straight into onnxruntime, in this tab. The file (transformer_lib/export.py) is
+//   "TBS-PLAYGROUND\r\n" (16 bytes) | format version (uint32, little-endian) | header length n (uint32) |
+//   header: n bytes of UTF-8 JSON, what meta.json says of the book's models | the ONNX file
+export const OWN_MAX_BYTES = 64_000_000; // PLAYGROUND_MAX_BYTES in transformer_lib/export.py
+const OWN_MAGIC = "TBS-PLAYGROUND\r\n";
+const OWN_VERSION = 1;
+const OWN_KINDS = { // what each kind is, as a message names it, and the inputs and outputs its ONNX file must have
+  language_model: { what: "a language model (tl.DecoderOnlyLM with a CharTokenizer)",
+    inputs: ["tokens", "past_keys", "past_values"], outputs: ["logits", "present_keys", "present_values"] },
+};
+
+// A problem with the reader's file, told to the reader as it is (not as "something went wrong")
+export class OwnModelError extends Error {}
+
+const isCount = (x) => Number.isInteger(x) && x > 0;
+
+// The header's fields that a page relies on -> what is wrong with them, or null
+function headerProblem(h) {
+  if (!Array.isArray(h.itos) || !h.itos.every((t) => typeof t === "string")) return "its vocabulary (itos) is not a list of tokens";
+  if (typeof h.specials !== "object" || !Number.isInteger(h.specials?.count) || h.specials.count >= h.itos.length) {
+    return "its special tokens do not fit its vocabulary";
+  }
+  for (const field of ["max_len", "layers", "heads", "kv_heads", "head_width", "parameters", "onnx_bytes"]) {
+    if (!isCount(h[field])) return `its ${field} is ${JSON.stringify(h[field])}, not a whole number above 0`;
+  }
+  return null;
+}
+
+// A File (from the picker or a drop) and the kind of model the page runs -> {ort, session, info}, info being the
+// file's header with `bytes`, `file` and `own: true`. Throws OwnModelError, naming what was expected and what
+// came, for a file that is too large, not such a file, of another version or kind, cut short, or unreadable.
+export async function readOwnModel(file, kind) {
+  const expected = `a .playground file written by tl.export.for_playground(model, tokenizer, name)`;
+  if (file.size > OWN_MAX_BYTES) {
+    throw new OwnModelError(`“${file.name}” has ${megabytes(file.size)}; this page takes ${expected} of up to ` +
+      `${megabytes(OWN_MAX_BYTES)}. Train a smaller model (fewer layers or a smaller d_model).`);
+  }
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  const start = String.fromCharCode(...bytes.subarray(0, OWN_MAGIC.length));
+  if (bytes.length < OWN_MAGIC.length + 8 || start !== OWN_MAGIC) {
+    const seen = [...start].map((c) => (c >= " " && c <= "~" ? c : "·")).join("");
+    throw new OwnModelError(`“${file.name}” is not a playground file: this page takes ${expected}, whose first ` +
+      `bytes are “TBS-PLAYGROUND”; this one begins “${seen}”` + (file.name.endsWith(".onnx") ? ". An ONNX file " +
+      "alone has no tokenizer: write the model with tl.export.for_playground." : "."));
+  }
+  const view = new DataView(bytes.buffer, OWN_MAGIC.length, 8);
+  const version = view.getUint32(0, true), n = view.getUint32(4, true);
+  if (version !== OWN_VERSION) {
+    throw new OwnModelError(`“${file.name}” has format version ${version}; this page reads version ${OWN_VERSION}. ` +
+      "Write it again with this book's transformer_lib.");
+  }
+  const body = OWN_MAGIC.length + 8;
+  if (bytes.length < body + n) {
+    throw new OwnModelError(`“${file.name}” is cut short: its header should have ${n} bytes, ${bytes.length - body} ` +
+      "are there. Copy the file again.");
+  }
+  let info;
+  try {
+    info = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(body, body + n)));
+  } catch {
+    throw new OwnModelError(`“${file.name}” is damaged: its header is not readable JSON. Write it again.`);
+  }
+  const want = OWN_KINDS[kind];
+  if (info?.kind !== kind) {
+    const got = OWN_KINDS[info?.kind]?.what ?? `a model of kind “${info?.kind}”`;
+    throw new OwnModelError(`“${file.name}” holds ${got}; this page runs ${want.what}.`);
+  }
+  const problem = headerProblem(info);
+  if (problem) throw new OwnModelError(`“${file.name}” is damaged: ${problem}. Write it again.`);
+  const model = bytes.subarray(body + n);
+  if (model.length !== info.onnx_bytes) {
+    throw new OwnModelError(`“${file.name}” is cut short or padded: its model should have ${info.onnx_bytes} bytes, ` +
+      `${model.length} are there. Copy the file again.`);
+  }
+  const ort = await loadRuntime();
+  let session;
+  try {
+    session = await ort.InferenceSession.create(model, { executionProviders: ["wasm"] });
+  } catch (err) {
+    throw new OwnModelError(`“${file.name}”: onnxruntime could not read its model (${reason(err)}).`);
+  }
+  const names = (list) => [...list].sort().join(", ");
+  if (names(session.inputNames) !== names(want.inputs) || names(session.outputNames) !== names(want.outputs)) {
+    throw new OwnModelError(`“${file.name}”: its model takes ${names(session.inputNames)} and gives ` +
+      `${names(session.outputNames)}; this page needs ${names(want.inputs)} in and ${names(want.outputs)} out.`);
+  }
+  return { ort, session, info: { ...info, bytes: file.size, file: file.name, own: true } };
+}
+
+// A sentence about a loaded own model: its name, size, vocabulary and context length
+export function describeOwnModel(info) {
+  return `Your model “${info.name}” (${info.file}, ${megabytes(info.bytes)}): ${info.parameters.toLocaleString("en")} ` +
+    `parameters, ${info.layers} layers of ${info.heads} heads, a vocabulary of ${info.itos.length} tokens and ` +
+    `${info.max_len} positions. It runs here, in your browser: the file was read from your disk and nothing was uploaded.`;
+}
+
+// Wire a page's "Your own model" controls, ids `${prefix}-own-…`: the file picker (-own-file), the drop zone
+// (-own), the button back to the book's model (-own-reset), the error paragraph (-own-error) and the line that
+// describes the model in use (-own-info). onLoad(loaded) runs once a file is read and checked; onReset() when the
+// reader goes back. A bad file leaves the page with the model it had.
+export function ownModelPicker(prefix, kind, { onLoad, onReset }) {
+  const $ = (suffix) => document.getElementById(`${prefix}-own${suffix}`);
+  const zone = $(""), picker = $("-file"), reset = $("-reset"), error = $("-error"), info = $("-info");
+  const load = async (file) => {
+    if (!file) return;
+    showError(error, picker, null);
+    info.textContent = `Reading “${file.name}”…`;
+    try {
+      const loaded = await readOwnModel(file, kind);
+      info.textContent = describeOwnModel(loaded.info);
+      reset.disabled = false;
+      await onLoad(loaded);
+    } catch (err) {
+      info.textContent = reset.disabled ? "The page runs the book's model." : "The page still runs your earlier model.";
+      if (!(err instanceof OwnModelError)) console.error(`Playground ${prefix}: reading your model`, err);
+      showError(error, picker, err instanceof OwnModelError ? err.message : `Your file could not be read: ${reason(err)}.`);
+    }
+  };
+  picker.addEventListener("change", () => load(picker.files[0]));
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("playground-drop-over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("playground-drop-over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    zone.classList.remove("playground-drop-over");
+    load(e.dataTransfer?.files?.[0]);
+  });
+  reset.addEventListener("click", async () => {
+    reset.disabled = true;
+    picker.value = "";
+    showError(error, picker, null);
+    info.textContent = "The page runs the book's model again.";
+    await onReset();
+  });
+}
