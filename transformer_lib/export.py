@@ -44,6 +44,18 @@ in Python and on the web, takes the zero-length past as it is. h_kv is the model
 (num_heads unless grouped-query attention). The forward pass reads the cached length as
 `KVCache.length`, a shape the tracer follows, so that T_past stays dynamic in the file.
 
+`export_ablation(model, means, path)` writes the switches of the inside playground's "Break it, and watch":
+`ablation_model(model, means)`, the model with every head and layer switchable (on, zeroed, or its mean
+output), the positions and each norm, as inputs, so that one file serves every setting. It gives the numbers
+of tl.inside's interventions (zero_heads, mean_heads, zero_output, mean_output, without_positions, skip_norms).
+
+    DecoderOnlyLM:     tokens (1, T), heads (L, h), layers (L,), positions (1,), norms (N,) -> logits (1, T, V)
+
+`for_playground(model, tokenizer, name)` writes a reader's own model for a page's "Your own model" picker:
+one file, ``name.playground``, with what the page must know (kind, vocabulary, lengths) and the ONNX model
+(the step model for the language-model page, the classifier with its attention for the brackets page);
+`read_playground` reads it back with the pages' checks.
+
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
 installs them, and the package itself does not need them.
 """
@@ -401,30 +413,43 @@ PLAYGROUND_MAGIC = b"TBS-PLAYGROUND\r\n"  # 16 bytes; \r\n catches a file mangle
 PLAYGROUND_VERSION = 1
 PLAYGROUND_MAX_BYTES = 64_000_000  # the pages refuse larger files: a model this size still runs in a browser tab
 PLAYGROUND_SUFFIX = ".playground"
-PLAYGROUND_KINDS = {"language_model": "a DecoderOnlyLM with a CharTokenizer (the language-model page)"}
+PLAYGROUND_KINDS = {  # what each page runs, as the messages name it
+    "language_model": "a DecoderOnlyLM with a CharTokenizer (the language-model page)",
+    "bracket_classifier": "an EncoderClassifier with two classes and a CharTokenizer over ( ) [ ] (the brackets page)",
+}
+
+
+def _playground_kind(model: nn.Module, tokenizer) -> str:
+    """Which page runs `model` with `tokenizer`: a key of PLAYGROUND_KINDS, or a TypeError naming them all."""
+    from .models import EncoderClassifier
+    from .tokenization import CharTokenizer
+
+    if isinstance(model, DecoderOnlyLM) and isinstance(tokenizer, CharTokenizer):
+        return "language_model"
+    brackets = isinstance(tokenizer, CharTokenizer) and tokenizer.itos[4:] == sorted("()[]")
+    if isinstance(model, EncoderClassifier) and model.head.out_features == 2 and brackets:
+        return "bracket_classifier"
+    kinds = "; or ".join(PLAYGROUND_KINDS.values())
+    raise TypeError(f"for_playground takes {kinds}; got a {type(model).__name__} with a {type(tokenizer).__name__}")
 
 
 def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path = ".") -> Path:
-    """Write `model` and its `tokenizer` into one file, ``<directory>/<name>.playground``, for the playground
-    pages' "Your own model" picker; return its path. Nothing is uploaded: the page reads the file from your disk.
+    """Write `model` and its `tokenizer` into one file, ``<directory>/<name>.playground``, for a playground
+    page's "Your own model" picker; return its path. Nothing is uploaded: the page reads the file from your disk.
 
-    model: a DecoderOnlyLM (the language-model page runs it with a KV cache, as `export_step` writes it);
-    tokenizer: the CharTokenizer it was trained with (the page types characters). The model itself is left as
-    it was: a copy is exported, on the CPU, in eval mode. Needs `onnx` and `onnxscript` (pip install onnx
-    onnxscript); when `onnxruntime` is installed too, the file is run once and compared with PyTorch first.
+    - A DecoderOnlyLM with the CharTokenizer it was trained with runs on the language-model page, which writes
+      with it through a KV cache (the file holds `export_step`'s model).
+    - An EncoderClassifier with two classes (not balanced, balanced) and a CharTokenizer over ( ) [ ], read
+      with <bos> first as chapter 8 trains it, runs on the brackets page (the file holds `export_onnx`'s model,
+      with its attention).
+
+    The model itself is left as it was: a copy is exported, on the CPU, in eval mode. Needs `onnx` and
+    `onnxscript` (pip install onnx onnxscript); when `onnxruntime` is installed too, the file is run once and
+    compared with PyTorch before it is written.
     """
-    from .tokenization import CharTokenizer
-
     if not isinstance(name, str) or not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
         raise ValueError(f"name must be 1 to 64 letters, digits, '_' or '-' (it names the file), got {name!r}")
-    if not isinstance(model, DecoderOnlyLM):
-        kinds = "; ".join(PLAYGROUND_KINDS.values())
-        raise TypeError(f"for_playground takes {kinds}, got a {type(model).__name__}")
-    if not isinstance(tokenizer, CharTokenizer):
-        raise TypeError(
-            "for_playground takes the CharTokenizer the model was trained with (the page types characters), "
-            f"got a {type(tokenizer).__name__}"
-        )
+    kind = _playground_kind(model, tokenizer)
     cfg = model.config
     if len(tokenizer.itos) != cfg.vocab_size:
         raise ValueError(
@@ -440,11 +465,15 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
 
     exported = copy.deepcopy(model).cpu().eval()
     with tempfile.TemporaryDirectory() as tmp:
-        onnx_bytes = export_step(exported, Path(tmp) / f"{name}.onnx").read_bytes()
-    _check_step_bytes(exported, onnx_bytes)
-    attn = exported.decoder.layers[0].self_attn
+        if kind == "language_model":
+            onnx_bytes = export_step(exported, Path(tmp) / f"{name}.onnx").read_bytes()
+        else:  # traced on <bos> and a few brackets: lengths are dynamic in the file
+            example = (torch.tensor([[tokenizer.bos_id, *tokenizer.encode("([])")]]),)  # (1, 5)
+            onnx_bytes = export_onnx(exported, Path(tmp) / f"{name}.onnx", example).read_bytes()
+    _check_against_pytorch(kind, exported, tokenizer, onnx_bytes)
+    attn = next(m for m in exported.modules() if isinstance(m, MultiHeadAttention))
     header = {
-        "kind": "language_model",
+        "kind": kind,
         "name": name,
         "parameters": sum(p.numel() for p in exported.parameters()),
         "itos": list(tokenizer.itos),
@@ -456,7 +485,7 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
         "d_model": cfg.d_model,
         "layers": cfg.num_layers,
         "heads": cfg.num_heads,
-        "kv_heads": attn.num_kv_heads,  # the cache's shape, (layers, 1, kv_heads, T_past, head_width)
+        "kv_heads": attn.num_kv_heads,  # a language model's cache: (layers, 1, kv_heads, T_past, head_width)
         "head_width": attn.d_k,
         "onnx_bytes": len(onnx_bytes),
     }
@@ -503,18 +532,23 @@ def read_playground(path: str | Path) -> tuple[dict, bytes]:
     return header, onnx_bytes
 
 
-def _check_step_bytes(model: DecoderOnlyLM, onnx_bytes: bytes) -> None:
-    """Run the exported step model once in onnxruntime, when it is installed, and compare it with PyTorch."""
+def _check_against_pytorch(kind: str, model: nn.Module, tokenizer, onnx_bytes: bytes) -> None:
+    """Run the exported file once in onnxruntime, when it is installed, and compare its logits with PyTorch's."""
     try:
         import onnxruntime as ort
     except ImportError:
         return  # the export itself is tested in the book's own suite (tests/unit/test_playground_file.py)
     session = ort.InferenceSession(onnx_bytes)
-    tokens = torch.arange(min(5, model.config.max_len))[None] % model.config.vocab_size  # (1, 5)
-    past = empty_past(model)  # (L, 1, h_kv, 0, d_k)
-    got = session.run(None, {"tokens": tokens.numpy(), "past_keys": past.numpy(), "past_values": past.numpy()})[0]
+    if kind == "language_model":
+        tokens = torch.arange(min(5, model.config.max_len))[None] % model.config.vocab_size  # (1, 5)
+        past = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k)
+        feeds = {"tokens": tokens.numpy(), "past_keys": past, "past_values": past}
+    else:
+        tokens = torch.tensor([[tokenizer.bos_id, *tokenizer.encode("[(])()")]])  # (1, 7)
+        feeds = {"tokens": tokens.numpy()}
+    got = session.run(None, feeds)[0]
     with torch.no_grad():
-        expected = model(tokens)  # (1, 5, V)
+        expected = model(tokens)  # (1, T, V) or (1, 2)
     worst = float((torch.from_numpy(got) - expected).abs().max())
     if worst > 1e-4 * (1 + float(expected.abs().max())):
         raise RuntimeError(f"the exported model's logits differ from PyTorch's by {worst:.1e}: please report this")

@@ -10,10 +10,12 @@ compared: the bits per character within 1e-4, the text the same.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from .checks import network_problems
+from .conftest import ROOT
 from .test_playground import _open, expected, meta  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
@@ -80,3 +82,30 @@ def test_the_switches_work_from_the_keyboard_and_come_back_on(page, site_url, ex
     page.wait_for_function(SWITCHED, arg=json.dumps(whole["switches"], separators=(",", ":")), timeout=60_000)
     assert abs(float(page.get_attribute("#inside-break-status", "data-bpc")) - whole["bpc"]) < 1e-4
     assert "Switched off: nothing." in page.text_content("#inside-break-status")
+
+
+def test_the_prose_quotes_the_recorded_numbers_and_sizes(expected, meta):  # noqa: F811
+    """What inside.md says of the switches is expected.json's numbers (PyTorch with tl.inside's interventions), and
+    the two files' sizes are meta.json's."""
+    text = re.sub(r"\s+", " ", (ROOT / "book" / "playground" / "inside.md").read_text(encoding="utf-8"))
+    cases = {c["name"]: c for c in expected["inside_ablation"]["cases"]}
+    whole = cases["the whole model"]["bpc"]
+    ff_norm = "layer 2's feed-forward norm skipped"
+
+    def cost(name: str) -> str:
+        return f"{cases[name]['bpc'] - whole:.2f}"
+
+    phrases = [
+        f"the whole model needs {whole:.2f} bits per character",
+        f"head 3 adds {cost('layer 1 head 3 zeroed')} bits",
+        f"zeroing layer 2 adds {cost('layer 2 zeroed')} bits",
+        f"output by its mean adds {cost('layer 1 by its mean')}",
+        f"the model needs {cases['no positions']['bpc']:.2f} bits",
+        f"final norm costs {cost('the final norm skipped')} bits",
+        f"feed-forward norm {cost(ff_norm)}",
+        f"its logit lens (about {meta['inside']['bytes'] / 1e6:.1f} MB)",
+        f"the same model with switches (about {meta['inside_ablation']['bytes'] / 1e6:.1f} MB)",
+    ]
+    for phrase in phrases:
+        assert phrase in text, f"inside.md lacks: {phrase}"
+    assert "the the thee" in cases["layer 1 by its mean"]["text"] and "the the the" in cases["no positions"]["text"]

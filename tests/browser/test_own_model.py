@@ -1,9 +1,10 @@
-"""The reader's own model on the language-model page: a freshly trained model, written by tl.export.for_playground,
-loaded through the file picker or dropped on the page, writes PyTorch's text; bad files get messages that name what
-was expected and what came, and the page keeps the model it had.
+"""The reader's own models in the pages: a freshly trained language model, written by tl.export.for_playground,
+loaded through the file picker or dropped on the language-model page, writes PyTorch's text; a freshly trained
+bracket classifier gives PyTorch's P(balanced) on the brackets page. Bad files get messages that name what was
+expected and what came, and the page keeps the model it had.
 
-The model is trained here, in a few seconds (two small layers, 150 steps on the plays), so that the file is one
-the book never shipped: its answers can only be right if the page reads the reader's file.
+The models are trained here, in a few seconds (two small layers: 150 steps on the plays, 100 on brackets), so
+that the files are ones the book never shipped: their answers can only be right if the pages read the files.
 """
 
 from __future__ import annotations
@@ -68,16 +69,21 @@ def own(tmp_path_factory) -> dict:
 
 def _drop(page, name: str, data: bytes | None = None, size: int | None = None) -> None:
     """Drop a file on the language-model page's box, as a reader dragging it there: `data`, or `size` zero bytes."""
+    _drop_on(page, "lm-own", name, data, size)
+
+
+def _drop_on(page, zone: str, name: str, data: bytes | None = None, size: int | None = None) -> None:
+    """Drop a file on the box `zone` (its id), as a reader dragging it there: `data`, or `size` zero bytes."""
     page.evaluate(
-        """([name, b64, size]) => {
+        """([zoneId, name, b64, size]) => {
             const bytes = b64 === null ? new Uint8Array(size) : Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
             const transfer = new DataTransfer();
             transfer.items.add(new File([bytes], name));
-            const zone = document.getElementById("lm-own");
+            const zone = document.getElementById(zoneId);
             zone.dispatchEvent(new DragEvent("dragover", { dataTransfer: transfer, bubbles: true, cancelable: true }));
             zone.dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true }));
         }""",
-        [name, None if data is None else base64.b64encode(data).decode(), size],
+        [zone, name, None if data is None else base64.b64encode(data).decode(), size],
     )
 
 
@@ -164,3 +170,53 @@ def test_bad_files_get_messages_and_the_page_keeps_its_model(page, site_url, own
     assert _write_greedy(page, case["prompt"], case["new"]) == case["text"]  # still the book's model
     assert not network_problems(page)
     assert not page.console_errors, page.console_errors  # the reader's mistakes are messages, not errors
+
+
+BRACKET_STRINGS = ["[[()]]", "([)]", "(()", "[]()[[]]"]
+
+
+@pytest.fixture(scope="module")
+def own_brackets(tmp_path_factory) -> dict:
+    """A small bracket classifier trained now, as chapter 8 trains one, its .playground file, and PyTorch's
+    P(balanced) on BRACKET_STRINGS."""
+    tok, x_train, y_train, _, _ = recipes.bracket_classifier_data()
+    torch.manual_seed(0)
+    model = tl.EncoderClassifier(
+        vocab_size=tok.vocab_size, num_classes=2, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0,
+        max_len=32, norm_first=True,
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        rows = torch.randint(0, len(x_train), (64,), generator=g)
+        loss = F.cross_entropy(model(x_train[rows]), y_train[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    path = tl.export.for_playground(model, tok, "my_brackets", tmp_path_factory.mktemp("brackets"))
+    with torch.no_grad():
+        p = {s: float(model(torch.tensor([[tok.bos_id, *tok.encode(s)]])).softmax(-1)[0, 1]) for s in BRACKET_STRINGS}
+    return {"path": path, "p": p}
+
+
+def test_a_freshly_trained_bracket_classifier_gives_pytorchs_probabilities(page, site_url, own_brackets, own):
+    _open(page, site_url, "bracket_classifier")
+    page.set_input_files("#brackets-own-file", str(own_brackets["path"]))
+    page.wait_for_function(
+        "() => document.getElementById('brackets-own-info').textContent.startsWith('Your model “my_brackets”')",
+        timeout=60_000,
+    )
+    assert "for your model, on the string in the field" in page.text_content("#brackets-partner")
+    for text, p in own_brackets["p"].items():
+        page.fill("#brackets-text", text)
+        status = _status_after(page, "brackets-status", lambda: page.press("#brackets-text", "Enter"))
+        assert status.startswith(text), status
+        shown = float(page.text_content("#brackets-probability"))
+        assert abs(shown - p) <= 6e-5, (text, shown, p)  # the page shows 4 decimals
+    _drop_on(page, "brackets-own", "my_model.playground", own["path"].read_bytes())  # a language model: refused
+    page.wait_for_function("() => document.getElementById('brackets-own-error').textContent !== ''")
+    message = page.text_content("#brackets-own-error")
+    assert "holds a language model" in message and "this page runs a bracket classifier" in message, message
+    assert "still runs your earlier model" in page.text_content("#brackets-own-info")
+    assert not network_problems(page)

@@ -29,6 +29,7 @@ PAGES = {
     "shakespeare_char": "language_model",
     "bracket_classifier": "brackets",
     "inside": "inside",
+    "inside_ablation": "inside",  # the same page's switches ("Break it, and watch"): test_break_it.py
     "fill_blank": "fill_blank",  # its own answers and messages are tested in test_fill_blank.py
     "draw_digit": "draw_digit",  # its own answers, keyboard drawing and empty-drawing message: test_draw_digit.py
     # three models on one page, one file each; their answers, messages and keyboard use: test_assistant.py
@@ -500,6 +501,7 @@ STATUS = {
     "masks": "#masks-status",
     "bracket_classifier": "#brackets-status",
     "inside": "#inside-status",
+    "inside_ablation": "#inside-break-status",
     "fill_blank": "#fill-status",
     "draw_digit": "#draw-status",
     "assistant_base": "#assistant-status",
@@ -513,6 +515,7 @@ WRONG_MODEL = {
     "masks": "numbers_to_words",
     "bracket_classifier": "masks",
     "inside": "numbers_to_words",
+    "inside_ablation": "numbers_to_words",
     "fill_blank": "numbers_to_words",
     "draw_digit": "numbers_to_words",
     "assistant_base": "numbers_to_words",

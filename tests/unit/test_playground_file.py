@@ -57,6 +57,21 @@ def test_the_file_holds_the_model_and_its_tokenizer_and_runs_as_pytorch(tmp_path
         np.testing.assert_allclose(logits, model(ids).numpy(), atol=1e-5)
 
 
+def test_a_bracket_classifier_runs_with_bos_first_and_gives_its_attention(tmp_path):
+    bracket_tok = tl.CharTokenizer("()[]")
+    torch.manual_seed(0)
+    classifier = tl.EncoderClassifier(vocab_size=8, num_classes=2, d_model=16, num_heads=4, num_layers=2, max_len=32)
+    header, onnx_bytes = read_playground(for_playground(classifier, bracket_tok, "brackets", tmp_path))
+    assert header["kind"] == "bracket_classifier" and header["itos"][4:] == ["(", ")", "[", "]"]
+    session = ort.InferenceSession(onnx_bytes)
+    ids = torch.tensor([[bracket_tok.bos_id, *bracket_tok.encode("([)]((")]])  # (1, 7): <bos> first, as chapter 8
+    logits, attention = session.run(None, {"tokens": ids.numpy()})
+    classifier.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(logits, classifier(ids).numpy(), atol=1e-5)
+    assert attention.shape == (2, 4, 7, 7)  # (L, h, S, S): the page draws it
+
+
 def _rewritten(data: bytes, **changes) -> bytes:
     start = len(PLAYGROUND_MAGIC)
     version, n = struct.unpack("<II", data[start : start + 8])
@@ -84,9 +99,13 @@ def test_reading_names_what_was_expected_and_what_came(tmp_path, model, tok):
 
 
 def test_for_playground_refuses_what_the_page_cannot_run(tmp_path, model, tok):
-    with pytest.raises(TypeError, match="DecoderOnlyLM with a CharTokenizer.*got a EncoderClassifier"):
-        for_playground(tl.EncoderClassifier(vocab_size=12, num_classes=2, d_model=16, num_heads=2), tok, "x", tmp_path)
-    with pytest.raises(TypeError, match="CharTokenizer.*got a WordTokenizer"):
+    letters = tl.EncoderClassifier(vocab_size=len(tok.itos), num_classes=2, d_model=16, num_heads=2)
+    with pytest.raises(TypeError, match=r"DecoderOnlyLM with a CharTokenizer.*\( \) \[ \].*got a EncoderClassifier"):
+        for_playground(letters, tok, "x", tmp_path)  # an encoder on letters: no page reads it
+    three = tl.EncoderClassifier(vocab_size=8, num_classes=3, d_model=16, num_heads=2)
+    with pytest.raises(TypeError, match="two classes"):
+        for_playground(three, tl.CharTokenizer("()[]"), "x", tmp_path)
+    with pytest.raises(TypeError, match="got a DecoderOnlyLM with a WordTokenizer"):
         for_playground(model, tl.WordTokenizer("a b".split()), "x", tmp_path)
     with pytest.raises(ValueError, match="the tokenizer has 7 tokens and the model's vocabulary 16"):
         for_playground(model, tl.CharTokenizer("abc"), "x", tmp_path)

@@ -8,8 +8,8 @@ bits per character on a fixed passage of the validation text (PASSAGE_AT) and wr
 reader's text with the model as switched. The build records PyTorch's numbers for CASES, each computed with
 tl.inside's own interventions (zero_heads, mean_heads, zero_output, mean_output, without_positions, skip_norms),
 not with the graph: the file is checked against them here, and the page in the browser tests. Its int8 file would
-ship when the bits per character were within 1e-4 of PyTorch's and the text the same on every case: the page's
-numbers are compared at that precision.
+ship when the bits per character were PyTorch's at four decimals and the text the same on CASES and on AGREEMENT -
+len(CASES) settings drawn at random (random_cases): the page's numbers are compared at that precision.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from transformer_lib.export import (
     export_ablation,
 )
 
-from .common import check_session, corpus_texts, page_defaults, try_int8
+from .common import AGREEMENT, check_session, corpus_texts, page_defaults, try_int8
 
 PAGE = page_defaults("inside")
 PROMPT = PAGE["inside-text"]  # the page continues the reader's text; its default is the answers' prompt
@@ -57,6 +57,22 @@ CASES = [
 ]
 
 
+def random_cases(model, count: int, seed: int = 0) -> list[dict]:
+    """`count` settings of the switches drawn with `seed`: each head off with probability 1/8 (zeroed or its mean),
+    each layer with 1/10, the positions with 1/10, each norm with 1/10; for the int8 trial."""
+    g = torch.Generator().manual_seed(seed)
+    L, h, norms = model.config.num_layers, model.config.num_heads, len(tl.inside.norm_names(model))
+    u = lambda *shape: torch.rand(*shape, generator=g).tolist()  # noqa: E731
+    cases = []
+    for k in range(count):
+        how = lambda x: "zero" if x < 0.5 else "mean"  # noqa: E731
+        heads = {(i, j): how(v) for i, row in enumerate(u(L, h)) for j, x in enumerate(row) if x < 1 / 8 for v in u(1)}
+        layers = {i: how(v) for i, x in enumerate(u(L)) if x < 0.1 for v in u(1)}
+        cases.append({"name": f"random {k}", "heads": heads, "layers": layers, "positions": u(1)[0] >= 0.1,
+                      "norms": [i for i, x in enumerate(u(norms)) if x < 0.1]})  # fmt: skip
+    return cases
+
+
 def switches(model, case: dict) -> tuple[torch.Tensor, ...]:
     """A case -> the graph's switch inputs: heads (L, h), layers (L,), positions (1,), norms (2L + 1,), int64."""
     heads, layers, positions, norms = ablation_switches(model)
@@ -77,11 +93,11 @@ def intervened(model, means: dict, case: dict):
     edits, by_layer = {}, {}
     for (layer, head), how in case.get("heads", {}).items():
         by_layer.setdefault(layer, {}).setdefault(how, []).append(head)
-    for layer, hows in by_layer.items():
+    for layer, hows in by_layer.items():  # a layer's zeroed heads, then its heads replaced by their means
         name = f"decoder.layers.{layer}.self_attn.heads"
-        assert len(hows) == 1, "one kind of ablation per layer's heads in a case"
-        ((how, heads),) = hows.items()
-        edits[name] = tl.inside.zero_heads(heads) if how == "zero" else tl.inside.mean_heads(heads, means[name])
+        zero = tl.inside.zero_heads(hows.get("zero", []))
+        mean = tl.inside.mean_heads(hows.get("mean", []), means[name])
+        edits[name] = lambda value, zero=zero, mean=mean: mean(zero(value))
     for layer, how in case.get("layers", {}).items():
         for sub in ("self_attn.out", "feed_forward.out"):
             name = f"decoder.layers.{layer}.{sub}"
@@ -101,9 +117,10 @@ def bits_per_character(logits: torch.Tensor, ids: torch.Tensor) -> float:
     return float(-logp.gather(-1, ids[1:, None]).mean() / math.log(2))
 
 
-def _answers(model, tok, means: dict, case: dict, passage: torch.Tensor) -> dict:
+def _answers(model, tok, means: dict, case: dict, passage: torch.Tensor, strict: bool = True) -> dict:
     """PyTorch's numbers for one case: the bits per character on the passage and the greedy continuation of PROMPT
-    (the whole text run at every step, as the page does), with the smallest gap between its two likeliest logits."""
+    (the whole text run at every step, as the page does), with the smallest gap between its two likeliest logits
+    (strict: fail when it is under 1e-3, where onnxruntime's rounding could pick the other character)."""
     ids = tok.encode(PROMPT)
     with intervened(model, means, case), torch.no_grad():
         bpc = bits_per_character(model(passage[None])[0], passage)
@@ -113,7 +130,7 @@ def _answers(model, tok, means: dict, case: dict, passage: torch.Tensor) -> dict
             top = logits.topk(2).values
             margin = min(margin, float(top[0] - top[1]))
             ids.append(int(logits.argmax()))
-    if margin < 1e-3:
+    if strict and margin < 1e-3:
         raise SystemExit(f"{case['name']}: the greedy text passes a near tie ({margin:.1e}); pick another case")
     text = tok.decode(ids[len(tok.encode(PROMPT)) :])
     return {"name": case["name"], "switches": [s.tolist() for s in switches(model, case)], "bpc": bpc,
@@ -142,19 +159,23 @@ def build(models: Path) -> tuple[dict, dict]:
         with torch.no_grad():
             assert abs(bits_per_character(module(*inputs)[0], passage) - answer["bpc"]) < 1e-5
 
-    def page_answer(session, case):  # the bits per character at the page's precision, and the greedy text
+    def page_answer(session, case):  # the bits per character at four decimals, and the greedy text
         feeds = dict(zip(["heads", "layers", "positions", "norms"], [s.numpy() for s in switches(model, case)]))
         logits = session.run(None, {"tokens": passage[None].numpy(), **feeds})[0][0]
         ids = tok.encode(PROMPT)
         for _ in range(NEW):
             ids.append(int(session.run(None, {"tokens": np.array([ids]), **feeds})[0][0, -1].argmax()))
-        return round(bits_per_character(torch.from_numpy(logits), passage) / BPC_TOLERANCE), ids
+        return round(bits_per_character(torch.from_numpy(logits), passage), 4), tok.decode(ids[len(PROMPT) :])
 
-    reference = [page_answer(session, case) for case in CASES]
+    trial = CASES + random_cases(model, AGREEMENT - len(CASES))
+    reference = []
+    for case in trial:  # PyTorch's answers, with tl.inside's interventions
+        answer = _answers(model, tok, means, case, passage, strict=False)
+        reference.append((round(answer["bpc"], 4), answer["text"]))
     path, int8 = try_int8(
         path,
-        f"the bits per character within {BPC_TOLERANCE:.0e} and the greedy text the same on every case",
-        CASES,
+        "the bits per character the same at four decimals and the greedy text the same",
+        trial,
         reference,
         page_answer,
     )

@@ -6,8 +6,8 @@
 // strings, puts the most weight on each bracket's partner (tools/playground_build/brackets.py measures it).
 
 import {
-  clearResult, fillDefaults, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, rows, showError, shown,
-  softmax, startPage,
+  clearResult, fillDefaults, fillSelect, firstAnswer, guarded, heatmap, idsTensor, loadModel, ownModelPicker, rows,
+  showError, shown, softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -40,7 +40,37 @@ function partners(text) {
   return { balanced: balanced && stack.length === 0, partner };
 }
 
+// The reader's own classifier: the head that puts the most weight on partners in the field's string, and that
+// mean weight -> {layer, head, mean_weight}, or null when the string has no pair (or is not valid)
+async function partnerOnString(loaded) {
+  const text = $("brackets-text").value.replaceAll(" ", "");
+  const checked = check(text, loaded.info);
+  const pairs = checked.error ? [] : [...partners(text).partner];
+  if (pairs.length === 0) return null;
+  const out = await loaded.session.run({ tokens: idsTensor(loaded.ort, checked.ids) }); // attention (L, h, S, S)
+  const [L, h] = out.attention.dims;
+  let best = null;
+  for (let l = 0; l < L; l++) {
+    for (let k = 0; k < h; k++) {
+      const weights = rows(out.attention, l, k);
+      const mean = pairs.reduce((sum, [i, j]) => sum + weights[i][j], 0) / pairs.length;
+      if (best === null || mean > best.mean_weight) best = { layer: l, head: k, mean_weight: mean };
+    }
+  }
+  return best;
+}
+
+// Open the layer and head selects on `partner` (or on the first head when null) and say which head it is
+function showPartner(info, partner, own) {
+  fillSelect($("brackets-layer"), info.layers, partner?.layer ?? 0);
+  fillSelect($("brackets-head"), info.heads, partner?.head ?? 0);
+  $("brackets-partner").textContent = partner === null ? "none measured (the string has no pair); layer 1, head 1 shown"
+    : `layer ${partner.layer + 1}, head ${partner.head + 1}` + (own ? ` (for your model, on the string in the field: ` +
+      `${partner.mean_weight.toFixed(2)} of a bracket's attention on its partner)` : "");
+}
+
 let model = null;
+let bookModel = null;
 let latest = 0;
 
 async function classify() {
@@ -77,11 +107,22 @@ const run = () => guarded("brackets: classifying", $("brackets-status"), classif
 
 async function main() {
   await fillDefaults("brackets"); // the form's starting values, which the build's answers are for
-  model = await loadModel("bracket_classifier", $("brackets-status"));
-  const { layers, heads, partner } = model.info;
-  fillSelect($("brackets-layer"), layers, partner.layer);
-  fillSelect($("brackets-head"), heads, partner.head);
-  $("brackets-partner").textContent = `layer ${partner.layer + 1}, head ${partner.head + 1}`;
+  ownModelPicker("brackets", "bracket_classifier", { // the reader's own classifier, read from disk
+    onLoad: async (loaded) => {
+      showPartner(loaded.info, await partnerOnString(loaded), true);
+      model = loaded;
+      await run();
+    },
+    onReset: async () => {
+      model = bookModel;
+      if (model !== null) {
+        showPartner(model.info, model.info.partner, false);
+        await run();
+      }
+    },
+  });
+  model = bookModel = await loadModel("bracket_classifier", $("brackets-status"));
+  showPartner(model.info, model.info.partner, false);
   $("brackets-text").addEventListener("input", run);
   $("brackets-layer").addEventListener("change", run);
   $("brackets-head").addEventListener("change", run);

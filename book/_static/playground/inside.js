@@ -192,18 +192,20 @@ function drawAttention(out, s, info) {
 
 const SWITCH_CHOICES = [["on", "0"], ["zeroed", "1"], ["its mean", "2"]];
 
+// A switch and its label: in the table the row and column say what it is, so the label is read, not shown
 function switchSelect(id, label) {
-  const select = cell("select", "", { id, "aria-label": label, class: "inside-switch" });
+  const select = cell("select", "", { id, class: "inside-switch" });
   for (const [text, code] of SWITCH_CHOICES) select.append(new Option(text, code, code === "0", code === "0"));
-  return select;
+  const span = cell("span");
+  span.append(cell("label", label, { for: id, class: "playground-unseen" }), select);
+  return span;
 }
 
-function switchBox(id, label, visible = false) {
-  const box = cell("input", "", { id, type: "checkbox", ...(visible ? {} : { "aria-label": label }) });
+function switchBox(id, label, shownLabel = false) {
+  const box = cell("input", "", { id, type: "checkbox" });
   box.checked = box.defaultChecked = true;
-  if (!visible) return box;
-  const span = cell("span", "", { class: "playground-field" });
-  span.append(box, cell("label", label, { for: id }));
+  const span = cell("span", "", { class: shownLabel ? "playground-field" : "" });
+  span.append(box, cell("label", label, { for: id, ...(shownLabel ? {} : { class: "playground-unseen" }) }));
   return span;
 }
 
@@ -277,6 +279,7 @@ let breakLatest = 0; // the newest request: an answer that arrives after a newer
 async function breakIt() {
   if (broken === null || model === null) return;
   const request = ++breakLatest;
+  const start = performance.now();
   const { layers: L, heads: h, itos } = model.info;
   const { inputs, off } = switchValues(L, h);
   const passage = [...broken.info.passage].map((c) => itos.indexOf(c));
@@ -300,6 +303,7 @@ async function breakIt() {
   const status = $("inside-break-status");
   status.dataset.bpc = String(bpc);
   status.dataset.switches = JSON.stringify(inputs);
+  firstAnswer("inside_ablation", start);
   status.textContent = `Bits per character on the passage: ${bpc.toFixed(3)}` +
     (whole === null || off.length === 0 ? " (the whole model)" : ` (the whole model: ${whole.toFixed(3)}; ` +
       `${bpc >= whole ? "+" : "−"}${Math.abs(bpc - whole).toFixed(3)})`) +
@@ -384,10 +388,12 @@ async function main() {
   $("inside-break-form").addEventListener("submit", (e) => { e.preventDefault(); breakRun(); });
   $("inside-break-reset").addEventListener("click", () => { $("inside-break-form").reset(); breakRun(); });
   broken = await loadModel("inside_ablation", $("inside-break-status"));
-  $("inside-break-passage").textContent = broken.info.passage;
-  const passage = [...broken.info.passage].map((c) => model.info.itos.indexOf(c));
-  whole = bitsPerCharacter(await runSwitched(passage, switchValues(layers, heads).inputs), passage);
-  await breakRun();
+  await guarded("inside: breaking the model", $("inside-break-status"), async () => {
+    $("inside-break-passage").textContent = broken.info.passage;
+    const passage = [...broken.info.passage].map((c) => model.info.itos.indexOf(c));
+    whole = bitsPerCharacter(await runSwitched(passage, switchValues(layers, heads).inputs), passage);
+    await breakIt();
+  });
 }
 
 startPage("inside", $("inside-status"), main);

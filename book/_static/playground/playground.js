@@ -352,6 +352,8 @@ const OWN_VERSION = 1;
 const OWN_KINDS = { // what each kind is, as a message names it, and the inputs and outputs its ONNX file must have
   language_model: { what: "a language model (tl.DecoderOnlyLM with a CharTokenizer)",
     inputs: ["tokens", "past_keys", "past_values"], outputs: ["logits", "present_keys", "present_values"] },
+  bracket_classifier: { what: "a bracket classifier (tl.EncoderClassifier with two classes, over ( ) [ ])",
+    inputs: ["tokens"], outputs: ["logits", "attention"] },
 };
 
 // A problem with the reader's file, told to the reader as it is (not as "something went wrong")
