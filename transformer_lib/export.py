@@ -53,7 +53,8 @@ of tl.inside's interventions (zero_heads, mean_heads, zero_output, mean_output, 
 
 `for_playground(model, tokenizer, name)` writes a reader's own model for a page's "Your own model" picker:
 one file, ``name.playground``, with what the page must know (kind, vocabulary, lengths) and the ONNX model
-(the step model for the language-model page, the classifier with its attention for the brackets page);
+(the step model for the language-model page; the classifier with its attention for the brackets page, and
+the ViT with its attention for the draw-a-digit page);
 `read_playground` reads it back with the pages' checks.
 
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
@@ -416,6 +417,8 @@ PLAYGROUND_SUFFIX = ".playground"
 PLAYGROUND_KINDS = {  # what each page runs, as the messages name it
     "language_model": "a DecoderOnlyLM with a CharTokenizer (the language-model page)",
     "bracket_classifier": "an EncoderClassifier with two classes and a CharTokenizer over ( ) [ ] (the brackets page)",
+    "digit_classifier": "a VisionTransformer of 8 x 8 one-channel images, ten classes and a class token, with "
+    "tokenizer None (the draw-a-digit page)",
 }
 
 
@@ -429,8 +432,16 @@ def _playground_kind(model: nn.Module, tokenizer) -> str:
     brackets = isinstance(tokenizer, CharTokenizer) and tokenizer.itos[4:] == sorted("()[]")
     if isinstance(model, EncoderClassifier) and model.head.out_features == 2 and brackets:
         return "bracket_classifier"
+    if isinstance(model, VisionTransformer) and tokenizer is None and model.image_size == 8 and model.pool == "cls":
+        if model.patches.channels == 1 and model.head.out_features == 10:
+            return "digit_classifier"
     kinds = "; or ".join(PLAYGROUND_KINDS.values())
     raise TypeError(f"for_playground takes {kinds}; got a {type(model).__name__} with a {type(tokenizer).__name__}")
+
+
+def _vit_header(model: VisionTransformer) -> dict:
+    """What the draw-a-digit page needs of a ViT beyond every kind's fields."""
+    return {"image_size": model.image_size, "patch_size": model.patch_size, "classes": model.head.out_features}
 
 
 def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path = ".") -> Path:
@@ -442,6 +453,8 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
     - An EncoderClassifier with two classes (not balanced, balanced) and a CharTokenizer over ( ) [ ], read
       with <bos> first as chapter 8 trains it, runs on the brackets page (the file holds `export_onnx`'s model,
       with its attention).
+    - A VisionTransformer of chapter 16's digits (8 x 8 one-channel images scaled to 0..1, ten classes, a class
+      token), with tokenizer None, runs on the draw-a-digit page (`export_onnx`'s model, with its attention).
 
     The model itself is left as it was: a copy is exported, on the CPU, in eval mode. Needs `onnx` and
     `onnxscript` (pip install onnx onnxscript); when `onnxruntime` is installed too, the file is run once and
@@ -451,7 +464,7 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
         raise ValueError(f"name must be 1 to 64 letters, digits, '_' or '-' (it names the file), got {name!r}")
     kind = _playground_kind(model, tokenizer)
     cfg = model.config
-    if len(tokenizer.itos) != cfg.vocab_size:
+    if tokenizer is not None and len(tokenizer.itos) != cfg.vocab_size:
         raise ValueError(
             f"the tokenizer has {len(tokenizer.itos)} tokens and the model's vocabulary {cfg.vocab_size}: "
             "pass the tokenizer the model was trained with"
@@ -467,6 +480,8 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "language_model":
             onnx_bytes = export_step(exported, Path(tmp) / f"{name}.onnx").read_bytes()
+        elif kind == "digit_classifier":  # one image of the model's size: nothing in it is dynamic
+            onnx_bytes = export_onnx(exported, Path(tmp) / f"{name}.onnx").read_bytes()
         else:  # traced on <bos> and a few brackets: lengths are dynamic in the file
             example = (torch.tensor([[tokenizer.bos_id, *tokenizer.encode("([])")]]),)  # (1, 5)
             onnx_bytes = export_onnx(exported, Path(tmp) / f"{name}.onnx", example).read_bytes()
@@ -476,11 +491,12 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
         "kind": kind,
         "name": name,
         "parameters": sum(p.numel() for p in exported.parameters()),
-        "itos": list(tokenizer.itos),
+        "itos": list(tokenizer.itos) if tokenizer is not None else [],  # a ViT reads pixels: no vocabulary
         "specials": {
-            **{s: getattr(tokenizer, f"{s}_id") for s in ("pad", "bos", "eos", "unk")},
-            "count": 4,  # the ids before the characters: <pad>, <bos>, <eos>, <unk>
+            **{s: getattr(tokenizer, f"{s}_id", None) for s in ("pad", "bos", "eos", "unk")},
+            "count": 4 if tokenizer is not None else 0,  # the ids before the characters: <pad>, <bos>, <eos>, <unk>
         },
+        **(_vit_header(exported) if kind == "digit_classifier" else {}),
         "max_len": cfg.max_len,
         "d_model": cfg.d_model,
         "layers": cfg.num_layers,
@@ -543,6 +559,9 @@ def _check_against_pytorch(kind: str, model: nn.Module, tokenizer, onnx_bytes: b
         tokens = torch.arange(min(5, model.config.max_len))[None] % model.config.vocab_size  # (1, 5)
         past = empty_past(model).numpy()  # (L, 1, h_kv, 0, d_k)
         feeds = {"tokens": tokens.numpy(), "past_keys": past, "past_values": past}
+    elif kind == "digit_classifier":
+        tokens = torch.linspace(0, 1, 64).reshape(1, 1, 8, 8)  # (1, 1, 8, 8): an image of every level
+        feeds = {"images": tokens.numpy()}
     else:
         tokens = torch.tensor([[tokenizer.bos_id, *tokenizer.encode("[(])()")]])  # (1, 7)
         feeds = {"tokens": tokens.numpy()}

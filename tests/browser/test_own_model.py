@@ -220,3 +220,39 @@ def test_a_freshly_trained_bracket_classifier_gives_pytorchs_probabilities(page,
     assert "holds a language model" in message and "this page runs a bracket classifier" in message, message
     assert "still runs your earlier model" in page.text_content("#brackets-own-info")
     assert not network_problems(page)
+
+
+@pytest.fixture(scope="module")
+def own_vit(tmp_path_factory) -> dict:
+    """Chapter 16's ViT trained now for 60 steps (seed 1, not the book's), written for the draw-a-digit page."""
+    vit = recipes.digits_vit(seed=1)
+    recipes.train_digits_vit(vit, steps=60, seed=1)
+    vit.eval()
+    return {"model": vit, "path": tl.export.for_playground(vit, None, "my_vit", tmp_path_factory.mktemp("vit"))}
+
+
+def test_a_freshly_trained_vit_reads_the_drawing_as_pytorch(page, site_url, own_vit):
+    from .test_draw_digit import _answered, _shown_probabilities
+
+    response = page.goto(f"{site_url}/book/playground/draw_digit.html", wait_until="load")
+    assert response is not None and response.status == 200
+    page.wait_for_function("() => window.playgroundTimings?.draw_digit?.first_answer_ms !== undefined", timeout=120_000)
+    pixels = page.get_attribute("#draw-grid", "data-pixels")
+    book = _shown_probabilities(page)
+    page.set_input_files("#draw-own-file", str(own_vit["path"]))
+    page.wait_for_function(
+        "() => document.getElementById('draw-own-info').textContent.startsWith('Your model “my_vit”')", timeout=60_000
+    )
+    assert "reads 8 × 8 images in patches of 2 × 2 and tells 10 classes" in page.text_content("#draw-own-info")
+    first_p = "book => Math.abs(Number(document.querySelector('#draw-probs tr[data-p]').dataset.p) - book)"
+    page.wait_for_function(f"{first_p} > 1e-9", arg=book[0], timeout=60_000)  # the new model's answer is in
+    _answered(page, pixels)
+    counts = torch.tensor([int(v) for v in pixels.split(",")], dtype=torch.float32).reshape(1, 1, 8, 8)  # (1, 1, 8, 8)
+    with torch.no_grad():
+        expected = own_vit["model"](counts / 16).softmax(-1)[0].tolist()  # the page reads count / 16
+    shown = _shown_probabilities(page)
+    assert max(abs(p - q) for p, q in zip(shown, expected)) < 1e-5, (shown, expected)
+    assert max(abs(p - q) for p, q in zip(shown, book)) > 1e-3  # not the book's model any more
+    page.click("#draw-own-reset")
+    page.wait_for_function(f"{first_p} < 1e-9", arg=book[0])  # the book's model's answer again
+    assert not network_problems(page)

@@ -72,6 +72,20 @@ def test_a_bracket_classifier_runs_with_bos_first_and_gives_its_attention(tmp_pa
     assert attention.shape == (2, 4, 7, 7)  # (L, h, S, S): the page draws it
 
 
+def test_a_digit_vit_needs_no_tokenizer_and_gives_its_class_tokens_attention(tmp_path):
+    vit = tl.recipes.digits_vit(seed=1)
+    header, onnx_bytes = read_playground(for_playground(vit, None, "digits", tmp_path))
+    assert header["kind"] == "digit_classifier" and header["itos"] == []
+    assert (header["image_size"], header["patch_size"], header["classes"]) == (8, 2, 10)
+    images = torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # (1, 1, 8, 8) in 0..1
+    logits, attention = ort.InferenceSession(onnx_bytes).run(None, {"images": images.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(logits, vit.eval()(images).numpy(), atol=1e-5)
+    assert attention.shape == (2, 4, 17, 17)  # (L, h, 1 + 16 patches, same): the class token first
+    with pytest.raises(TypeError, match="8 x 8 one-channel images, ten classes and a class token"):
+        for_playground(tl.recipes.digits_vit(pool="mean"), None, "x", tmp_path)
+
+
 def _rewritten(data: bytes, **changes) -> bytes:
     start = len(PLAYGROUND_MAGIC)
     version, n = struct.unpack("<II", data[start : start + 8])

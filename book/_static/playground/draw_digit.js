@@ -13,7 +13,8 @@
 // attention shown is the class token's row of the chosen layer's weights over the 16 patches, one head's or the mean.
 
 import {
-  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, rows, showError, softmax, startPage,
+  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, ownModelPicker, rows, showError,
+  softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -24,7 +25,8 @@ const ORDER = [[0, 8, 2, 10], [12, 4, 14, 6], [3, 11, 1, 9], [15, 7, 13, 5]];
 const BRUSH = 1.6; // the pen's radius in canvas pixels: a stroke about three pixels wide, most of a cell
 const SCALE = 8; // screen pixels per canvas pixel, at the canvas's own size (256 x 256)
 
-let model = null; // {ort, session, info}, once loaded
+let model = null; // {ort, session, info}, once loaded: the book's model, or the reader's own (ownModelPicker)
+let bookModel = null;
 let size = null; // {n: cells per side (8), block: pixels per cell (4), canvas: pixels per side (32), levels: 16}
 let bitmap = null; // the drawing: canvas x canvas pixels, 1 = ink
 let active = { r: 0, c: 0 }; // the grid's cell that Tab reaches (a roving tabindex)
@@ -334,9 +336,29 @@ function loadExample() {
     "the model never saw it.");
 }
 
+// Run `next` from now on: its layers and heads in the selects, the grid's patch lines, the drawing read again
+function useModel(next) {
+  model = next;
+  fillSelect($("draw-layer"), next.info.layers, next.info.layers - 1);
+  fillSelect($("draw-head"), next.info.heads, 0, "mean of the heads");
+  $("draw-head").value = "mean";
+  buildGrid();
+  changed($("draw-source").textContent);
+}
+
 async function main() {
   await fillDefaults("draw_digit"); // the example the page opens with, which the build's answers are for
-  model = await loadModel("draw_digit", $("draw-status"));
+  ownModelPicker("draw", "digit_classifier", { // the reader's own ViT, read from disk; it reads the same drawing
+    fits: (info) => (info.image_size !== 8 || info.classes !== 10 || 8 % info.patch_size !== 0
+      ? `its model reads ${info.image_size} × ${info.image_size} images in patches of ${info.patch_size} and tells ` +
+        `${info.classes} classes; this page draws 8 × 8 digits and shows ten classes.` : null),
+    onLoad: async (loaded) => {
+      if (bookModel === null) throw new Error("the book's model has not loaded, so the page has no canvas yet");
+      useModel({ ...loaded, info: { ...bookModel.info, ...loaded.info } }); // the canvas and examples: the page's
+    },
+    onReset: async () => { if (bookModel !== null) useModel(bookModel); },
+  });
+  model = bookModel = await loadModel("draw_digit", $("draw-status"));
   const { info } = model;
   if (info.block !== ORDER.length || info.block * info.block !== info.levels) {
     throw new Error(`the page inks blocks of ${ORDER.length} × ${ORDER.length} pixels, meta.json says ${info.block}`);

@@ -354,6 +354,8 @@ const OWN_KINDS = { // what each kind is, as a message names it, and the inputs 
     inputs: ["tokens", "past_keys", "past_values"], outputs: ["logits", "present_keys", "present_values"] },
   bracket_classifier: { what: "a bracket classifier (tl.EncoderClassifier with two classes, over ( ) [ ])",
     inputs: ["tokens"], outputs: ["logits", "attention"] },
+  digit_classifier: { what: "a digit classifier (tl.vit.VisionTransformer of 8 × 8 images, ten classes, a class token)",
+    inputs: ["images"], outputs: ["logits", "attention"] },
 };
 
 // A problem with the reader's file, told to the reader as it is (not as "something went wrong")
@@ -363,11 +365,14 @@ const isCount = (x) => Number.isInteger(x) && x > 0;
 
 // The header's fields that a page relies on -> what is wrong with them, or null
 function headerProblem(h) {
-  if (!Array.isArray(h.itos) || !h.itos.every((t) => typeof t === "string")) return "its vocabulary (itos) is not a list of tokens";
-  if (typeof h.specials !== "object" || !Number.isInteger(h.specials?.count) || h.specials.count >= h.itos.length) {
+  const fields = ["max_len", "layers", "heads", "kv_heads", "head_width", "parameters", "onnx_bytes"];
+  if (h.kind === "digit_classifier") fields.push("image_size", "patch_size", "classes"); // pixels: no vocabulary
+  else if (!Array.isArray(h.itos) || !h.itos.every((t) => typeof t === "string")) {
+    return "its vocabulary (itos) is not a list of tokens";
+  } else if (typeof h.specials !== "object" || !Number.isInteger(h.specials?.count) || h.specials.count >= h.itos.length) {
     return "its special tokens do not fit its vocabulary";
   }
-  for (const field of ["max_len", "layers", "heads", "kv_heads", "head_width", "parameters", "onnx_bytes"]) {
+  for (const field of fields) {
     if (!isCount(h[field])) return `its ${field} is ${JSON.stringify(h[field])}, not a whole number above 0`;
   }
   return null;
@@ -434,18 +439,23 @@ export async function readOwnModel(file, kind) {
   return { ort, session, info: { ...info, bytes: file.size, file: file.name, own: true } };
 }
 
-// A sentence about a loaded own model: its name, size, vocabulary and context length
+// A sentence about a loaded own model: its name, size, vocabulary and context length (for a ViT: what it reads)
 export function describeOwnModel(info) {
+  const reads = info.kind === "digit_classifier"
+    ? `it reads ${info.image_size} × ${info.image_size} images in patches of ${info.patch_size} × ${info.patch_size} ` +
+      `and tells ${info.classes} classes`
+    : `a vocabulary of ${info.itos.length} tokens and ${info.max_len} positions`;
   return `Your model “${info.name}” (${info.file}, ${megabytes(info.bytes)}): ${info.parameters.toLocaleString("en")} ` +
-    `parameters, ${info.layers} layers of ${info.heads} heads, a vocabulary of ${info.itos.length} tokens and ` +
-    `${info.max_len} positions. It runs here, in your browser: the file was read from your disk and nothing was uploaded.`;
+    `parameters, ${info.layers} layers of ${info.heads} heads, ${reads}. It runs here, in your browser: the file was ` +
+    "read from your disk and nothing was uploaded.";
 }
 
 // Wire a page's "Your own model" controls, ids `${prefix}-own-…`: the file picker (-own-file), the drop zone
 // (-own), the button back to the book's model (-own-reset), the error paragraph (-own-error) and the line that
 // describes the model in use (-own-info). onLoad(loaded) runs once a file is read and checked; onReset() when the
-// reader goes back. A bad file leaves the page with the model it had.
-export function ownModelPicker(prefix, kind, { onLoad, onReset }) {
+// reader goes back. fits(info), when given, says what the page cannot run in a file of the right kind (or null).
+// A bad file leaves the page with the model it had.
+export function ownModelPicker(prefix, kind, { onLoad, onReset, fits = () => null }) {
   const $ = (suffix) => document.getElementById(`${prefix}-own${suffix}`);
   const zone = $(""), picker = $("-file"), reset = $("-reset"), error = $("-error"), info = $("-info");
   const load = async (file) => {
@@ -454,6 +464,8 @@ export function ownModelPicker(prefix, kind, { onLoad, onReset }) {
     info.textContent = `Reading “${file.name}”…`;
     try {
       const loaded = await readOwnModel(file, kind);
+      const misfit = fits(loaded.info);
+      if (misfit) throw new OwnModelError(`“${file.name}”: ${misfit}`);
       info.textContent = describeOwnModel(loaded.info);
       reset.disabled = false;
       await onLoad(loaded);
