@@ -88,7 +88,8 @@ $(NPM_STAMP): package.json package-lock.json
 # the rest of the book builds and the playground is skipped loudly; under CI=true that is a failure.
 PLAYGROUND := _build/playground/models/meta.json
 $(PLAYGROUND): $(STAMP) $(NPM_STAMP) tools/build_playground.py $(wildcard tools/playground_build/*.py) \
-		book/_static/playground/defaults.json transformer_lib/export.py $(wildcard transformer_lib/checkpoints/*.pt)
+		book/_static/playground/defaults.json transformer_lib/export.py transformer_lib/inside.py \
+		$(wildcard transformer_lib/checkpoints/*.pt)
 	$(call with_npm,THE PLAYGROUNDS,node_modules/onnxruntime-web/dist/ort.wasm.min.mjs,$(BIN)/python tools/build_playground.py)
 
 playground: $(PLAYGROUND)
