@@ -55,7 +55,7 @@ of tl.inside's interventions (zero_heads, mean_heads, zero_output, mean_output, 
 one file, ``name.playground``, with what the page must know (kind, vocabulary, lengths) and the ONNX model
 (the step model for the language-model page; the classifier with its attention for the brackets page, and
 the ViT with its attention for the draw-a-digit page);
-`read_playground` reads it back with the pages' checks.
+`read_playground` reads it back, checking its framing.
 
 `onnx` and `onnxscript` are needed to export and `onnxruntime` to run the files; the test extra
 installs them, and the package itself does not need them.
@@ -427,16 +427,32 @@ def _playground_kind(model: nn.Module, tokenizer) -> str:
     from .models import EncoderClassifier
     from .tokenization import CharTokenizer
 
-    if isinstance(model, DecoderOnlyLM) and isinstance(tokenizer, CharTokenizer):
-        return "language_model"
-    brackets = isinstance(tokenizer, CharTokenizer) and tokenizer.itos[4:] == sorted("()[]")
-    if isinstance(model, EncoderClassifier) and model.head.out_features == 2 and brackets:
-        return "bracket_classifier"
-    if isinstance(model, VisionTransformer) and tokenizer is None and model.image_size == 8 and model.pool == "cls":
-        if model.patches.channels == 1 and model.head.out_features == 10:
+    tok = "None" if tokenizer is None else f"a {type(tokenizer).__name__}"
+    missing = None  # what a model of a known kind lacks, for the message
+    if isinstance(model, DecoderOnlyLM):
+        if isinstance(tokenizer, CharTokenizer):
+            return "language_model"
+        missing = f"the language-model page types characters: it needs a CharTokenizer, got {tok}"
+    elif isinstance(model, EncoderClassifier):
+        brackets = isinstance(tokenizer, CharTokenizer) and tokenizer.itos[4:] == sorted("()[]")
+        if model.head.out_features == 2 and brackets:
+            return "bracket_classifier"
+        vocabulary = tokenizer.itos[4:] if isinstance(tokenizer, CharTokenizer) else tok
+        missing = (
+            f"the brackets page needs two classes and a CharTokenizer over ( ) [ ], got {model.head.out_features} "
+            f"classes and {vocabulary}"
+        )
+    elif isinstance(model, VisionTransformer):
+        shape = (model.image_size, model.patches.channels, model.head.out_features, model.pool, tok)
+        if shape == (8, 1, 10, "cls", "None"):
             return "digit_classifier"
+        missing = (
+            "the draw-a-digit page needs (image size, channels, classes, pool, tokenizer) = (8, 1, 10, 'cls', None), "
+            f"got {shape}"
+        )
     kinds = "; or ".join(PLAYGROUND_KINDS.values())
-    raise TypeError(f"for_playground takes {kinds}; got a {type(model).__name__} with a {type(tokenizer).__name__}")
+    got = f"{type(model).__name__} with {tok}" + (f" ({missing})" if missing else "")
+    raise TypeError(f"for_playground takes {kinds}; got {got}")
 
 
 def _vit_header(model: VisionTransformer) -> dict:
@@ -472,7 +488,10 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
     try:
         import onnx  # noqa: F401  (torch.onnx.export needs it; say so before a long trace fails)
     except ImportError as err:
-        raise ImportError("for_playground writes ONNX: pip install onnx onnxscript, then call it again") from err
+        raise ImportError(
+            "for_playground writes ONNX: pip install onnx onnxscript (and onnxruntime, to check the file against "
+            "PyTorch), then call it again"
+        ) from err
     import copy
     import tempfile
 
@@ -519,7 +538,8 @@ def for_playground(model: nn.Module, tokenizer, name: str, directory: str | Path
 
 
 def read_playground(path: str | Path) -> tuple[dict, bytes]:
-    """A file of for_playground -> (its header, its ONNX bytes), checked as the pages check it: ValueError naming
+    """A file of for_playground -> (its header, its ONNX bytes), its framing checked (first bytes, version, header,
+    kind and lengths; the pages also check the header's fields and the ONNX model's inputs): ValueError naming
     what was expected and what came for a file of another kind, version, or one cut short."""
     data = Path(path).read_bytes()
     if len(data) > PLAYGROUND_MAX_BYTES:
@@ -535,7 +555,12 @@ def read_playground(path: str | Path) -> tuple[dict, bytes]:
         raise ValueError(f"{path} has format version {version}; this library reads version {PLAYGROUND_VERSION}")
     if len(data) < fixed + n:
         raise ValueError(f"{path} is cut short: its header should have {n} bytes, {len(data) - fixed} are there")
-    header = json.loads(data[fixed : fixed + n].decode("utf-8"))
+    try:
+        header = json.loads(data[fixed : fixed + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is damaged: its header is not readable JSON ({err})") from err
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is damaged: its header should be a JSON object, got {type(header).__name__}")
     onnx_bytes = data[fixed + n :]
     if header.get("kind") not in PLAYGROUND_KINDS:
         kind = header.get("kind")
@@ -641,11 +666,11 @@ def ablation_model(model: DecoderOnlyLM, means: torch.Tensor) -> nn.Module:
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"ablation_model takes a DecoderOnlyLM, got {type(model).__name__}")
     cfg = model.config
-    if cfg.positional not in ("learned", "sinusoidal") or cfg.attention_only or cfg.parallel_block:
+    if cfg.positional not in ("learned", "sinusoidal") or cfg.attention_only or cfg.parallel_block or cfg.num_experts:
         raise ValueError(
-            "ablation_model takes a model with learned or sinusoidal positions, a feed-forward in every layer and "
-            f"no parallel block; got positional={cfg.positional!r}, attention_only={cfg.attention_only}, "
-            f"parallel_block={cfg.parallel_block}"
+            "ablation_model takes a model with learned or sinusoidal positions, a dense feed-forward in every layer "
+            f"and no parallel block; got positional={cfg.positional!r}, attention_only={cfg.attention_only}, "
+            f"num_experts={cfg.num_experts}, parallel_block={cfg.parallel_block}"
         )
     points = ablation_points(model)
     missing = [p for p in points if p not in means]
@@ -683,10 +708,14 @@ def ablation_switches(model: DecoderOnlyLM) -> tuple[torch.Tensor, ...]:
 
 
 def export_ablation(model: DecoderOnlyLM, means: dict, path: str | Path) -> Path:
-    """Write ``ablation_model(model, means)`` (on the CPU) to `path` as ONNX with a dynamic length T."""
-    module = ablation_model(model.cpu(), means)
+    """Write ``ablation_model(model, means)`` (a copy on the CPU: the model stays where it is) to `path` as ONNX with a
+    dynamic length T."""
+    import copy
+
+    cpu_means = {name: mean.detach().cpu() for name, mean in means.items()}
+    module = ablation_model(copy.deepcopy(model).cpu(), cpu_means)
     example = (torch.arange(1, 6)[None], *ablation_switches(model))
-    example[1][0, 0] = ABLATION_MEAN  # traced with a head, a layer, the positions and a norm switched: no constant
+    example[1][0, 0] = ABLATION_MEAN  # a head and a layer switched in the traced example: the graph reads the inputs
     example[2][1] = ABLATION_ZERO
     inputs = ["tokens", "heads", "layers", "positions", "norms"]
     return _trace(module, example, path, inputs, ["logits"], {"tokens": {1: "T"}, "logits": {1: "T"}})

@@ -89,6 +89,7 @@ def _set_range(page, selector, value):
 
 def _write_greedy(page, prompt: str, new: int) -> str:
     """Write `new` characters after `prompt` at temperature 0 on the language-model page; return the text."""
+    page.wait_for_function("() => document.getElementById('lm-playground').dataset.busy !== 'true'")  # none running
     page.fill("#lm-prompt", prompt)
     page.fill("#lm-length", str(new))
     _set_range(page, "#lm-temperature", 0)

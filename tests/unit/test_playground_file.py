@@ -104,6 +104,7 @@ def test_reading_names_what_was_expected_and_what_came(tmp_path, model, tok):
         data[:-7]: "is cut short or padded",
         data + b"\0": "is cut short or padded",
         _rewritten(data, kind="image_classifier"): "of kind 'image_classifier'",
+        data[: magic + 8] + b"\xff" + data[magic + 9 :]: "is damaged: its header is not readable JSON",
     }
     for i, (content, words) in enumerate(bad.items()):
         path = tmp_path / f"bad{i}.playground"
@@ -114,12 +115,12 @@ def test_reading_names_what_was_expected_and_what_came(tmp_path, model, tok):
 
 def test_for_playground_refuses_what_the_page_cannot_run(tmp_path, model, tok):
     letters = tl.EncoderClassifier(vocab_size=len(tok.itos), num_classes=2, d_model=16, num_heads=2)
-    with pytest.raises(TypeError, match=r"DecoderOnlyLM with a CharTokenizer.*\( \) \[ \].*got a EncoderClassifier"):
+    with pytest.raises(TypeError, match=r"DecoderOnlyLM with a CharTokenizer.*\( \) \[ \].*got EncoderClassifier"):
         for_playground(letters, tok, "x", tmp_path)  # an encoder on letters: no page reads it
     three = tl.EncoderClassifier(vocab_size=8, num_classes=3, d_model=16, num_heads=2)
     with pytest.raises(TypeError, match="two classes"):
         for_playground(three, tl.CharTokenizer("()[]"), "x", tmp_path)
-    with pytest.raises(TypeError, match="got a DecoderOnlyLM with a WordTokenizer"):
+    with pytest.raises(TypeError, match="got DecoderOnlyLM with a WordTokenizer"):
         for_playground(model, tl.WordTokenizer("a b".split()), "x", tmp_path)
     with pytest.raises(ValueError, match="the tokenizer has 7 tokens and the model's vocabulary 16"):
         for_playground(model, tl.CharTokenizer("abc"), "x", tmp_path)

@@ -64,7 +64,8 @@ async function partnerOnString(loaded) {
 function showPartner(info, partner, own) {
   fillSelect($("brackets-layer"), info.layers, partner?.layer ?? 0);
   fillSelect($("brackets-head"), info.heads, partner?.head ?? 0);
-  $("brackets-partner").textContent = partner === null ? "none measured (the string has no pair); layer 1, head 1 shown"
+  $("brackets-partner").textContent = partner === null
+    ? "none measured (the string in the field has no pair of brackets the model can read); layer 1, head 1 shown"
     : `layer ${partner.layer + 1}, head ${partner.head + 1}` + (own ? ` (for your model, on the string in the field: ` +
       `${partner.mean_weight.toFixed(2)} of a bracket's attention on its partner)` : "");
 }
@@ -121,8 +122,11 @@ async function main() {
       }
     },
   });
-  model = bookModel = await loadModel("bracket_classifier", $("brackets-status"));
-  showPartner(model.info, model.info.partner, false);
+  bookModel = await loadModel("bracket_classifier", $("brackets-status"));
+  if (model === null) { // else the reader's own file came in while the book's model loaded: it stays
+    model = bookModel;
+    showPartner(model.info, model.info.partner, false);
+  }
   $("brackets-text").addEventListener("input", run);
   $("brackets-layer").addEventListener("change", run);
   $("brackets-head").addEventListener("change", run);

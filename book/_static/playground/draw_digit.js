@@ -13,8 +13,8 @@
 // attention shown is the class token's row of the chosen layer's weights over the 16 patches, one head's or the mean.
 
 import {
-  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, ownModelPicker, rows, showError,
-  softmax, startPage,
+  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, OwnModelError, ownModelPicker, rows,
+  showError, softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -353,7 +353,10 @@ async function main() {
       ? `its model reads ${info.image_size} × ${info.image_size} images in patches of ${info.patch_size} and tells ` +
         `${info.classes} classes; this page draws 8 × 8 digits and shows ten classes.` : null),
     onLoad: async (loaded) => {
-      if (bookModel === null) throw new Error("the book's model has not loaded, so the page has no canvas yet");
+      if (bookModel === null) {
+        throw new OwnModelError("The page is still loading the book's model, which sets up its canvas: pick or drop " +
+          "your file again in a moment.");
+      }
       useModel({ ...loaded, info: { ...bookModel.info, ...loaded.info } }); // the canvas and examples: the page's
     },
     onReset: async () => { if (bookModel !== null) useModel(bookModel); },

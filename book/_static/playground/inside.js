@@ -219,7 +219,7 @@ function buildSwitches(L, h) {
   $("inside-switches").tBodies[0].replaceChildren(...Array.from({ length: L }, (_, l) => {
     const tr = cell("tr");
     const td = (node) => { const c = cell("td"); c.append(node); return c; };
-    tr.append(cell("th", `layer ${l + 1}`, { scope: "row" }), td(switchSelect(`inside-layer-${l}`, `Layer ${l + 1}`)),
+    tr.append(cell("th", `layer ${l + 1}`, { scope: "row" }), td(switchSelect(`inside-layer-${l}`, `Layer ${l + 1}, whole layer`)),
       ...Array.from({ length: h }, (_, k) => td(switchSelect(`inside-head-${l}-${k}`, `Layer ${l + 1}, head ${k + 1}`))),
       td(switchBox(`inside-norm-${2 * l}`, `Layer ${l + 1}, attention norm`)),
       td(switchBox(`inside-norm-${2 * l + 1}`, `Layer ${l + 1}, feed-forward norm`)));
@@ -308,7 +308,8 @@ async function breakIt() {
     (whole === null || off.length === 0 ? " (the whole model)" : ` (the whole model: ${whole.toFixed(3)}; ` +
       `${bpc >= whole ? "+" : "−"}${Math.abs(bpc - whole).toFixed(3)})`) +
     `. Switched off: ${off.length ? off.join(", ") : "nothing"}. ` +
-    (s.error ? "No text written: the text above has a problem." : `Greedy, ${written.length} characters after your text.`);
+    (s.error ? "No text written: the text above has a problem." : `Greedy, ${written.length} characters after your ` +
+      `text: “${written}”.`);
 }
 
 const breakRun = () => guarded("inside: breaking the model", $("inside-break-status"), breakIt);
@@ -391,7 +392,9 @@ async function main() {
   await guarded("inside: breaking the model", $("inside-break-status"), async () => {
     $("inside-break-passage").textContent = broken.info.passage;
     const passage = [...broken.info.passage].map((c) => model.info.itos.indexOf(c));
-    whole = bitsPerCharacter(await runSwitched(passage, switchValues(layers, heads).inputs), passage);
+    const allOn = [Array.from({ length: layers }, () => new Array(heads).fill(0)), new Array(layers).fill(0), [1],
+      new Array(2 * layers + 1).fill(1)]; // whatever the switches show by now: the whole model's figure
+    whole = bitsPerCharacter(await runSwitched(passage, allOn), passage);
     await breakIt();
   });
 }

@@ -38,7 +38,7 @@ function settings(info) {
   const unknown = unknownCharacters(prompt, info.itos, info.specials);
   if (unknown.length) {
     return { field: "lm-prompt", error: `The model has never seen ${unknown.join(", ")}: its vocabulary is the ` +
-      "characters of the training plays. Remove or replace them." };
+      `characters of ${info.own ? "the text it was trained on" : "the training plays"}. Remove or replace them.` };
   }
   if (n === null) return { field: "lm-length", error: `Characters to write must be a whole number of at least 1, got “${$("lm-length").value}”.` };
   if (prompt.length + n > info.max_len) {
@@ -173,31 +173,38 @@ async function onSubmit(event) {
   event?.preventDefault();
   if (model === null || writing) return; // the buttons stay enabled, so focus stays where the reader left it
   running = writing = true;
+  $("lm-playground").dataset.busy = "true"; // the browser tests wait for "false" before they ask for a text
   await guarded("language model: writing", $("lm-status"), generate);
   running = writing = false;
+  $("lm-playground").dataset.busy = "false";
 }
 
 async function main() {
   await fillDefaults("language_model"); // the form's starting values, which the build's answers are for
   ownModelPicker("lm", "language_model", { // the reader's own model, read from disk: write with it at once
     onLoad: async (loaded) => {
-      running = false; // a text still being written stops first
-      while (writing) await painted();
+      while (writing) { // a text still being written stops first
+        running = false;
+        await painted();
+      }
       model = loaded;
       fitLength(loaded.info);
-      await onSubmit();
+      onSubmit(); // writes with it; not awaited, so that the page says at once which model it runs
     },
     onReset: async () => {
-      running = false;
-      while (writing) await painted();
+      while (writing) {
+        running = false;
+        await painted();
+      }
       model = bookModel;
       if (model !== null) {
         fitLength(model.info);
-        await onSubmit();
+        onSubmit();
       }
     },
   });
-  model = bookModel = await loadModel("shakespeare_char", $("lm-status"));
+  bookModel = await loadModel("shakespeare_char", $("lm-status"));
+  model ??= bookModel; // a file the reader picked while the book's model loaded is kept
   for (const id of ["lm-temperature", "lm-topp"]) {
     const show = () => { $(`${id}-value`).textContent = $(id).value; };
     $(id).addEventListener("input", show);

@@ -458,24 +458,35 @@ export function describeOwnModel(info) {
 export function ownModelPicker(prefix, kind, { onLoad, onReset, fits = () => null }) {
   const $ = (suffix) => document.getElementById(`${prefix}-own${suffix}`);
   const zone = $(""), picker = $("-file"), reset = $("-reset"), error = $("-error"), info = $("-info");
+  let latest = 0; // the newest file: a file still being read when another comes is dropped
+  let current = info.textContent; // what the info line says of the model the page runs now
   const load = async (file) => {
     if (!file) return;
+    const request = ++latest;
     showError(error, picker, null);
     info.textContent = `Reading “${file.name}”…`;
     try {
       const loaded = await readOwnModel(file, kind);
       const misfit = fits(loaded.info);
       if (misfit) throw new OwnModelError(`“${file.name}”: ${misfit}`);
-      info.textContent = describeOwnModel(loaded.info);
-      reset.disabled = false;
+      if (request !== latest) return;
       await onLoad(loaded);
+      current = info.textContent = describeOwnModel(loaded.info);
+      reset.disabled = false;
     } catch (err) {
-      info.textContent = reset.disabled ? "The page runs the book's model." : "The page still runs your earlier model.";
-      if (!(err instanceof OwnModelError)) console.error(`Playground ${prefix}: reading your model`, err);
-      showError(error, picker, err instanceof OwnModelError ? err.message : `Your file could not be read: ${reason(err)}.`);
+      if (request !== latest) return;
+      info.textContent = current; // the page still runs the model it ran
+      if (!(err instanceof OwnModelError)) console.error(`Playground ${prefix}: running your model`, err);
+      showError(error, picker, err instanceof OwnModelError ? err.message
+        : `Your model could not run on this page: ${reason(err)}.`);
+    } finally {
+      picker.value = ""; // so that the same file, written again by the notebook, can be picked again
     }
   };
   picker.addEventListener("change", () => load(picker.files[0]));
+  for (const type of ["dragover", "drop"]) { // a file dropped beside the box must not open in place of the page
+    window.addEventListener(type, (e) => { if (!zone.contains(e.target)) e.preventDefault(); });
+  }
   zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("playground-drop-over"); });
   zone.addEventListener("dragleave", () => zone.classList.remove("playground-drop-over"));
   zone.addEventListener("drop", (e) => {
@@ -484,10 +495,11 @@ export function ownModelPicker(prefix, kind, { onLoad, onReset, fits = () => nul
     load(e.dataTransfer?.files?.[0]);
   });
   reset.addEventListener("click", async () => {
+    latest += 1; // a file still being read is dropped
+    picker.focus(); // before the button disables itself, so that keyboard focus stays in the box
     reset.disabled = true;
-    picker.value = "";
     showError(error, picker, null);
-    info.textContent = "The page runs the book's model again.";
+    current = info.textContent = "The page runs the book's model again.";
     await onReset();
   });
 }
