@@ -499,9 +499,9 @@ def skip_norms(model: nn.Module, names: Sequence[str]) -> Iterator[None]:
 
 @contextmanager
 def without_positions(model: nn.Module) -> Iterator[None]:
-    """Within the block, the model's positional encoding adds nothing: every position looks alike, and only the
-    causal mask still tells the positions apart. For a learned or sinusoidal encoding (model.pos); rotary
-    positions turn the queries and keys inside attention instead, which this does not undo."""
+    """Within the block, the model's positional encoding adds nothing (nor its dropout): every position looks alike,
+    and in a causal model only the mask still tells the positions apart. For a learned or sinusoidal encoding
+    (model.pos); rotary positions turn the queries and keys inside attention instead, which this does not undo."""
     pos = getattr(model, "pos", None)
     kind = getattr(getattr(model, "config", None), "positional", None)
     if pos is None or kind not in ("learned", "sinusoidal"):
