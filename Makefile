@@ -45,7 +45,8 @@ help:
 	@echo "  make slides       one reveal.js slide deck per chapter, to _build/slides (works offline; needs npm)"
 	@echo "  make wheelhouse   every wheel a lab machine without internet needs, to _build/wheelhouse"
 	@echo "  make assignment   each chapter's nbgrader assignment and the student release, in course/ (CHAPTERS=\"00 05\")"
-	@echo "  make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb: gradebook, CSVs, feedback"
+	@echo "  make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb, each in a bubblewrap sandbox:"
+	@echo "                    gradebook, CSVs, feedback (TRUSTED=1: no sandbox, for a class you trust)"
 	@echo "Measuring and maintaining:"
 	@echo "  make benchmark    notebook times as ratios to a fixed reference; attention, KV-cache, optimizer timings"
 	@echo "  make results      make test and make benchmark, then write docs/results.md from their reports"
@@ -179,8 +180,10 @@ wheelhouse: $(STAMP)
 # Grading a class with nbgrader (tools/grading.py; book/instructors.md walks through it). `make assignment`
 # writes each chapter's assignment and the student release into $(COURSE)/ (CHAPTERS="00 05" for some of
 # them, POINTS per exercise, GRADE_TIMEOUT seconds per cell when grading); `make grade SUBMISSIONS=folder`
-# autogrades folder/<student>/NN_name.ipynb into the gradebook, then writes the CSVs and the feedback.
+# autogrades folder/<student>/NN_name.ipynb into the gradebook, each kernel in a bubblewrap sandbox (TRUSTED=1 to
+# grade a class you trust without one), then writes the CSVs and the feedback.
 COURSE ?= course
+TRUSTED ?=
 CHAPTERS ?=
 POINTS ?= 1
 GRADE_TIMEOUT ?= 15
@@ -191,7 +194,7 @@ assignment: $(STAMP)
 
 grade: $(STAMP)
 	@[ -n "$(SUBMISSIONS)" ] || { echo "usage: make grade SUBMISSIONS=folder (folder/<student>/NN_name.ipynb)"; exit 1; }
-	$(BIN)/python tools/grading.py --course $(COURSE) grade $(SUBMISSIONS)
+	$(BIN)/python tools/grading.py --course $(COURSE) grade $(SUBMISSIONS) $(if $(TRUSTED),--trusted)
 
 benchmark: $(STAMP)
 	@mkdir -p $(REPORTS)

@@ -43,7 +43,6 @@ import ast
 import csv
 import functools
 import inspect
-import json
 import os
 import re
 import shutil
@@ -54,6 +53,7 @@ from pathlib import Path
 import nbformat
 
 import grading_guard
+import grading_sandbox
 import plain_notebooks
 import student_edition
 
@@ -66,12 +66,15 @@ CHAPTER_TIMEOUT = 300  # seconds for the chapter's own read-only cells, some of 
 
 # The hidden part of every graded checker cell. It runs in the student's kernel, so it imports
 # nothing at module level and relies on no name of the notebook: it is copied into each cell.
-# Called as _nbgrader_check(None, None) in a clean process, it returns the reference signatures of the
-# library functions that step 3 compares (tools/grading.py writes them once per grading run).
+# Called as _nbgrader_check(None, None) before any cell of the notebook runs (the grader does this in every
+# kernel it starts: grading_guard.GuardedExecute), it records the clean library objects that step 3 compares
+# by identity.
+CLEAN = "_tl_grading_clean"  # the module in sys.modules that holds them
+
+
 def _nbgrader_check(ns, calls):
     """Grade one checker cell: run the pristine checkers on the notebook's arguments; refuse tampering."""
     import importlib
-    import json
     import os
     import sys
     import types
@@ -113,14 +116,14 @@ def _nbgrader_check(ns, calls):
         except Exception:
             return False
 
-    def signature(obj):
-        """What a library callable is, by name: its type and where it says it comes from."""
-        try:
-            kind = type(obj)
-            named = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-            return f"{kind.__module__}.{kind.__qualname__}|{getattr(obj, '__module__', None)}|{named}"
-        except Exception:
-            return "?"
+    def same(now, clean):
+        """The very object recorded before the notebook ran: identity, never names or signatures, which a forgery
+        can copy. A bound method is made anew at each lookup, so it is the same function on the same object."""
+        if now is clean:
+            return True
+        if type(now) is types.MethodType and type(clean) is types.MethodType:
+            return now.__func__ is clean.__func__ and now.__self__ is clean.__self__
+        return False
 
     def spaces():
         modules = ["builtins", "math", "operator", "torch", "torch.nn.functional", "torch.linalg", "numpy"]
@@ -132,8 +135,25 @@ def _nbgrader_check(ns, calls):
             found += [("torch.Tensor", vars(torch.Tensor)), ("torch.nn.Module", vars(torch.nn.Module))]
         return found
 
-    if ns is None:  # the reference, in a clean process
-        return {f"{m}.{a}": signature(o) for m, space in spaces() for a, o in list(space.items()) if callable(o)}
+    grading = "TL_GRADING_PACKAGE" in started  # a kernel the grader started (the variable is set outside it)
+    record = sys.modules.get("_tl_grading_clean")
+    if ns is None or record is None and not grading:  # record the clean objects (in a grading run: before any cell)
+        for name in ["json", "math", "operator", "importlib.util", "posixpath", "numpy", "torch.nn.functional"]:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # numpy and torch are the book's; a bare kernel may lack them
+                pass
+        record = types.ModuleType("_tl_grading_clean")
+        record.objects = {f"{m}.{a}": o for m, space in spaces() for a, o in list(space.items()) if callable(o)}
+        sys.modules[record.__name__] = record
+        if ns is None:
+            return len(record.objects)
+    clean = getattr(record, "objects", None) if isinstance(record, types.ModuleType) else None
+    if type(clean) is not dict:
+        raise AssertionError(
+            f"{TAMPERED}: this notebook removed or replaced the grader's record of the clean library functions. The "
+            "exercise gets no points and the submission is flagged for the instructor."
+        )
 
     def fresh(prefix, alias_library):
         """A new copy of transformer_lib.exercises from its files (the library itself live, or fresh too)."""
@@ -141,7 +161,7 @@ def _nbgrader_check(ns, calls):
         spec = next(
             filter(None, (getattr(f, "find_spec", lambda *a: None)("transformer_lib", None) for f in sys.meta_path))
         )
-        private = started.get("PYTHONPATH", "").split(os.pathsep)[0] if started.get("TL_GRADING_REFERENCE") else ""
+        private = started.get("TL_GRADING_PACKAGE", "")  # the folder that holds the grader's copy
         # the package's file and every folder its modules come from: all inside the grader's copy
         places = [os.path.realpath(p) for p in [spec.origin or "", *(spec.submodule_search_locations or [])]]
         outside = [p for p in places if not p.startswith(os.path.realpath(private) + os.sep)]
@@ -202,12 +222,8 @@ def _nbgrader_check(ns, calls):
                 where = "tl.exercises.CORRECT"
             if type(value) is not str or value != correct:
                 found.append(where)
-        # 3. library functions replaced, whatever the replacement is: notebook code (a function, a partial,
-        # an object with __call__), or another library's callable (compared with a clean process's signatures)
-        # the grader's reference, from the environment the kernel started with (a notebook cannot hide it there);
-        # os.environ only where the kernel started without one (the check called directly, outside a grading run)
-        path = started.get("TL_GRADING_REFERENCE") or os.environ.get("TL_GRADING_REFERENCE", "")
-        signatures = json.load(open(path)) if path and os.path.exists(path) else {}
+        # 3. library functions replaced, whatever the replacement is: notebook code (a function, a partial, an object
+        # with __call__), or any other object, another library's callable with a copied name and signature too
         # finders and path hooks of the notebook's own: they could serve a fake package under the grader's names
         for label, hooks in (("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks)):
             found += [f"{label} (with notebook code)" for hook in list(hooks) if notebook_made(hook)]
@@ -238,8 +254,9 @@ def _nbgrader_check(ns, calls):
                 where = f"{label}.{attr}"
                 if notebook_made(obj):
                     found.append(f"{where} (with notebook code)")
-                elif where in signatures and callable(obj) and signature(obj) != signatures[where]:
-                    found.append(f"{where} (with {signature(obj).rsplit('|', 1)[-1]})")
+                elif where in clean and not same(obj, clean[where]):
+                    named = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+                    found.append(f"{where} (with another object: {named})")
         if found:
             raise AssertionError(
                 f"{TAMPERED}: this notebook replaced {', '.join(sorted(set(found)))}. The exercise gets no points "
@@ -401,8 +418,9 @@ def _venv_on_path() -> None:
         os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
 
-def _api(course: Path, timeout: int | None = None):
-    """nbgrader's Python API on the course folder, configured by its nbgrader_config.py."""
+def _api(course: Path, timeout: int | None = None, kernel_manager=None):
+    """nbgrader's Python API on the course folder, configured by its nbgrader_config.py; its kernels started by
+    `kernel_manager` (a jupyter_client class: the sandbox's) where one is given."""
     _venv_on_path()
     import nbgrader.api
     from nbgrader.apps import NbGraderAPI
@@ -415,7 +433,10 @@ def _api(course: Path, timeout: int | None = None):
     if timeout:
         config.Execute.timeout = timeout
         config.Execute.timeout_func = functools.partial(_cell_timeout, answers=timeout)
-    config.Autograde.autograde_preprocessors = grading_guard.preprocessors()  # dead kernels, long outputs
+    autograde, feedback = grading_guard.preprocessors()
+    config.Autograde.autograde_preprocessors = autograde  # clean objects recorded, dead kernels, long outputs
+    config.GenerateFeedback.preprocessors = feedback  # no hidden test in what a student reads
+    config.GuardedExecute.manager = kernel_manager
     coursedir = CourseDirectory(config=config)
     coursedir.root = str(course.resolve())
     return NbGraderAPI(coursedir=coursedir, config=config)
@@ -487,7 +508,7 @@ def _outcome(cell) -> tuple[str, bool]:
     error = errors[-1]
     if error.ename == "CellTimeoutError":
         return "The cell ran past the time limit and was stopped (an endless loop?).", False
-    if error.ename in (grading_guard.DEAD, grading_guard.NOT_RUN):
+    if error.ename in (grading_guard.DEAD, grading_guard.STOPPED, grading_guard.NOT_RUN):
         return f"Not graded: {error.evalue}.", False
     hint = f"{error.evalue}" if error.ename == "AssertionError" else f"{error.ename}: {error.evalue}"
     return hint, TAMPERED in error.evalue
@@ -549,6 +570,7 @@ _IPYTHON_REACH = {
     "run_cell",
     "run_ast_nodes",
     "register_magic_function",
+    CLEAN,  # the grader's record of the clean library objects
 }
 _IPYTHON_MAGICS = ("%load_ext", "%reload_ext", "%run", "%config InteractiveShell", "%config IPKernelApp")
 
@@ -599,11 +621,16 @@ def _static_findings(nb, checker_names: set[str]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(found))  # E._common.CORRECT = ... names CORRECT twice
 
 
-def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[dict]:
-    """Autograde every submission into the gradebook; write the CSVs and the feedback; the rows."""
+def grade(
+    course: Path, submissions: Path, timeout: int | None = None, trusted: bool = False, memory_mb: int | None = None
+) -> list[dict]:
+    """Autograde every submission into the gradebook, each kernel in its sandbox (none if `trusted`); write the CSVs
+    and the feedback; the rows."""
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.plugins import CsvExportPlugin
 
+    if not trusted:
+        grading_sandbox.check_available()  # before anything is written: a clear error, not a half-graded class
     _venv_on_path()
     course = course.resolve()
     assignments = sorted(p.name for p in (course / "source").iterdir() if p.is_dir())
@@ -615,14 +642,14 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
             if not any(s.id == student for s in gb.students):
                 gb.add_student(student)
     # each submission in its own private course, with its own copy of the package, under watch (grading_guard)
-    guard = grading_guard.Guard(course, submissions, _reference_signatures())
+    guard = grading_guard.Guard(course, submissions, trusted=trusted, memory_mb=memory_mb)
     wrote, notes = {}, {}
     try:
         for assignment in assignments:
             for student in students:
                 if (student, assignment) in problems:
                     continue
-                result = guard.autograde(lambda folder: _api(folder, timeout), assignment, student)
+                result = guard.autograde(lambda folder, km: _api(folder, timeout, km), assignment, student)
                 done, wrote[student, assignment] = result["done"], result["wrote"]
                 if wrote[student, assignment]:
                     print(
@@ -639,11 +666,12 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                 died = grading_guard.dead_kernel(graded)
                 if died:
                     notes[student, assignment] = _died_note(graded, *died)
-                    print(
-                        f"{student} {assignment}: {notes[student, assignment]} (DeadKernelError: the kernel "
-                        "process ended; an os._exit, a crash or memory)",
-                        file=sys.stderr,
+                    cause = (
+                        "the grader killed it: the cell ignored the interrupt after its time limit"
+                        if died[2]
+                        else "DeadKernelError: the kernel process ended; an os._exit, a crash or memory"
                     )
+                    print(f"{student} {assignment}: {notes[student, assignment]} ({cause})", file=sys.stderr)
     finally:
         guard.close()
     rows = []
@@ -676,7 +704,7 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
                         if lines and not tampered:  # seen in the file though not at run time (e.g. after its check)
                             tampered, hint = True, f"{TAMPERED}: the notebook replaces its checker: {'; '.join(lines)}"
                         elif reach and not tampered:  # a cell rewritten by IPython never runs its check at all
-                            why = "reaches into IPython, which can rewrite or skip the graded cells"
+                            why = "reaches into IPython or the grader's record, which can rewrite or skip graded cells"
                             tampered, hint = True, f"{TAMPERED}: the notebook {why}: {'; '.join(reach)}"
                         try:
                             g = gb.find_grade(grade_id, assignment, assignment, student)
@@ -714,15 +742,16 @@ def grade(course: Path, submissions: Path, timeout: int | None = None) -> list[d
     for row in rows:  # nbgrader's HTML feedback first: it empties the folder; our markdown goes in after it
         if not row["error"]:
             api.generate_feedback(row["assignment"], row["student_id"], force=True)
-        _feedback(course, row["student_id"], row["assignment"], row, row["_hints"])
+        source = nbformat.read(course / "source" / row["assignment"] / f"{row['assignment']}.ipynb", as_version=4)
+        _feedback(course, row["student_id"], row["assignment"], row, row["_hints"], grading_guard.hidden_lines(source))
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         CsvExportPlugin(to=str(course / "grades.csv")).export(gb)  # nbgrader's own export
     return rows
 
 
-def _died_note(graded, index: int, first_line: str) -> str:
-    """Where the kernel died, as a student reads it: the exercise and the cell's first line (graded: the notebook
-    as it ran, in the student's order of cells)."""
+def _died_note(graded, index: int, first_line: str, stopped: bool = False) -> str:
+    """Where the kernel died or was stopped, as a student reads it: the exercise and the cell's first line (graded:
+    the notebook as it ran, in the student's order of cells)."""
     ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in graded.cells]
     number = re.match(r"ex(\d+)_", ids[index]) if index < len(ids) else None
     if number is None:  # a cell of the chapter's or the student's own: name the next exercise
@@ -731,20 +760,12 @@ def _died_note(graded, index: int, first_line: str) -> str:
         where = f"before exercise {number.group(1)}" if number else "after the last exercise"
     else:
         where = f"at exercise {number.group(1)}"
+    if stopped:
+        return (
+            f"the grader stopped the kernel {where}: the cell that starts `{first_line}` ran past its time limit and "
+            "ignored the interrupt; the cells after it were not run"
+        )
     return f"the kernel died {where}, in the cell that starts `{first_line}`; the cells after it were not run"
-
-
-def _reference_signatures() -> dict[str, str]:
-    """The library callables that the hidden check compares, as a clean kernel with the package imported has them."""
-    import nbclient
-
-    source = (
-        f"{_GUARD}\n\nimport json, math, operator, numpy, torch, torch.nn.functional, torch.linalg\n"
-        "import transformer_lib, transformer_lib.exercises\nprint(json.dumps(_nbgrader_check(None, None)))"
-    )
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    return json.loads("".join(o.get("text", "") for o in nb.cells[0].outputs if o.output_type == "stream"))
 
 
 def _checker_of(source, grade_id: str) -> str:
@@ -764,7 +785,9 @@ def _comment(gb, answer_id: str, assignment: str, student: str, text: str) -> No
         pass
 
 
-def _feedback(course: Path, student: str, assignment: str, row: dict, hints: dict) -> None:
+def _feedback(course: Path, student: str, assignment: str, row: dict, hints: dict, secret: set[str]) -> None:
+    """feedback.md: the score, the flag or error, each exercise's points and hint (a hint that quotes a line of the
+    hidden checks, `secret`, is withheld)."""
     lines = [f"# Feedback on {assignment} for {student}", ""]
     lines.append(f"**Score: {row['score']:g} / {row['max_score']:g}**")
     if row["error"].startswith(("not a readable notebook", "no submission")):
@@ -782,6 +805,8 @@ def _feedback(course: Path, student: str, assignment: str, row: dict, hints: dic
     if hints:
         lines += ["", "| exercise | points | checker says |", "|---|---|---|"]
         for answer_id, (points, out_of, hint, tampered) in hints.items():
+            if any(line in hint for line in secret):  # the answer printed the cell it ran in (its input history)
+                hint = "[withheld by the grader: it quoted the grader's hidden check]"
             hint = " ".join(hint.split()).replace("|", "\\|")
             lines.append(f"| {answer_id}{' (flagged)' if tampered else ''} | {points:g} / {out_of:g} | {hint} |")
     folder = course / "feedback" / student / assignment
@@ -815,12 +840,23 @@ def main(argv: list[str] | None = None) -> int:
     gr = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/NN_name.ipynb; write CSVs and feedback")
     gr.add_argument("submissions", type=Path)
     gr.add_argument("--timeout", type=int, help="seconds per cell (default: the one given to release)")
+    gr.add_argument(
+        "--trusted",
+        action="store_true",
+        help="run the kernels without the bubblewrap sandbox (a class you trust; book/instructors.md says what it "
+        "gives up)",
+    )
+    gr.add_argument("--memory", type=int, help=f"MB of address space per kernel (default {grading_sandbox.MEMORY_MB})")
     args = parser.parse_args(argv)
     if args.command == "release":
         release(args.course, args.chapters, args.points, args.timeout)
         print(f"student release: {args.course / 'release'}")
         return 0
-    rows = grade(args.course, args.submissions, args.timeout)
+    try:
+        rows = grade(args.course, args.submissions, args.timeout, trusted=args.trusted, memory_mb=args.memory)
+    except grading_sandbox.SandboxUnavailable as error:
+        print(f"make grade: {error}", file=sys.stderr)
+        return 2
     for row in sorted(rows, key=lambda r: (r["assignment"], r["student_id"])):
         note = " ".join(x for x in (row["flagged"], row["error"], row["note"]) if x)
         print(f"{row['assignment']}  {row['student_id']:<20} {row['score']:g} / {row['max_score']:g}  {note}")

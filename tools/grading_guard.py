@@ -1,24 +1,30 @@
 """Grade each submission in isolation: nothing one student's code does can change another student's grade.
 
-A student's notebook runs in a kernel as the instructor, with the rights the instructor has. So tools/grading.py
-does not run it in the course folder. For every submission, `Guard.autograde`:
+For every submission, `Guard.autograde`:
 
 1. builds a private course: a temporary folder with nbgrader's config, the assignment's source, a gradebook
-   that holds the assignment and no student, and this one submission. The kernel runs there: the real
-   gradebook and the other students' notebooks are not in its folder;
-2. gives the kernel a private copy of transformer_lib, first on its PYTHONPATH, copied from a snapshot taken
-   when grading began. A write to a checker file changes that copy only, and the copy is thrown away;
+   that holds the assignment and no student, and this one submission. nbgrader (the executing client, the
+   gradebook, the hidden tests) runs there, in the grader's own process;
+2. starts the student's kernel in an operating-system sandbox (grading_sandbox.py, bubblewrap): it sees the
+   system and the Python environment read-only, a pristine copy of transformer_lib read-only, a private home
+   folder and /tmp, and nothing else (no course, no submissions, no checkout, no network), and every process it
+   starts dies with it. In the trusted mode (no bwrap, an instructor's explicit choice) the kernel runs as the
+   instructor with a private home folder and a private package copy first on its PYTHONPATH, and step 3 is the
+   only wall;
 3. watches everything that matters, before and after the kernel runs: the course folder (gradebook, source,
    release, submitted, autograded, feedback), the package's files, the submissions folder and tools/, by
    size, times of change and inode; the private copy likewise; and the Python environment's site-packages.
    A file changed, added or removed in the course, the package, the submissions or tools/ is put back as it
    was, and the submission is flagged with the list. A change to the private copy is flagged too. A change
-   to site-packages cannot be put back from here: grading stops and says which files changed;
-4. copies the graded notebook and the grades back into the real course, from the grader's own process,
-   after the kernel has gone.
+   to site-packages cannot be put back from here: grading stops and says which files changed. (In the sandbox
+   none of these can be reached: the watch is a second wall and the trusted mode's only one.)
+4. copies the graded notebook and the auto-graded scores back into the real course, from the grader's own
+   process, after the kernel has gone. Manual scores are never copied: they are the instructor's.
 
-The kernel's notebook runs through `GuardedExecute`, which grades every cell that ran before a kernel died and
-marks the rest as not run, and `CapOutput`, which keeps a bounded head and tail of any long output.
+The kernel's notebook runs through `GuardedExecute`, which records the clean library objects before any cell of
+the notebook runs (the hidden checks compare with them by identity), grades every cell that ran before a kernel
+died or was stopped, kills a kernel whose cell ignores the interrupt after its time limit, and marks the rest as
+not run; and `CapOutput`, which keeps a bounded head and tail of any long output.
 """
 
 from __future__ import annotations
@@ -26,20 +32,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
 import sysconfig
 import tempfile
+import time
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 
 import nbformat
 
+import grading_sandbox
+
 ROOT = Path(__file__).resolve().parent.parent
 DEAD = "DeadKernelError"
+STOPPED = "KernelStopped"  # a cell past its time limit ignored the interrupt: the kernel and its processes were killed
 NOT_RUN = "NotRunError"
+GRACE = 5  # seconds a cell has to stop after the interrupt, before its kernel is killed
+BUDGET = 1800  # seconds for a whole submission; the cells after it are not run
 HEAD, TAIL = 6_000, 3_000  # characters kept of a long output: its start and its end
 IGNORED = {"__pycache__"}  # Python's own caches, written by imports: not a student's doing
 
@@ -113,30 +126,81 @@ def _cap(text: str, head: int = HEAD, tail: int = TAIL) -> str:
 @cache
 def preprocessors():
     """nbgrader's autograding preprocessors, with GuardedExecute and CapOutput in place of Execute and
-    LimitOutput (defined on first use: nbgrader is the grading extra's, not the book's)."""
+    LimitOutput, and its feedback preprocessors after HideHidden (defined on first use: nbgrader is the grading
+    extra's, not the book's): (autograde, feedback)."""
+    from queue import Empty
+
+    from jupyter_core.utils import ensure_async
     from nbclient.exceptions import DeadKernelError
-    from nbgrader.converters import Autograde
+    from nbgrader.converters import Autograde, GenerateFeedback
     from nbgrader.preprocessors import Execute, LimitOutput, NbGraderPreprocessor
+    from traitlets import Any
 
     class GuardedExecute(Execute):
-        """nbgrader's Execute, but a kernel that dies costs only the cells after it."""
+        """nbgrader's Execute, but the clean library objects are recorded before the notebook's first cell, a kernel
+        that dies costs only the cells after it, and one whose cell ignores the interrupt is killed."""
+
+        manager = Any(None, allow_none=True, help="the kernel manager class (the sandbox's), or None").tag(config=True)
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if self.manager is not None:  # nbgrader's Execute sets its own class as a keyword, over any config
+                self.kernel_manager_class = self.manager
 
         def preprocess(self, nb, resources=None, km=None):
-            self._died_at = None
+            self._died_at, self._stopped, self._recorded, self._started = None, False, False, time.monotonic()
             return super().preprocess(nb, resources, km)
+
+        def _record_clean_objects(self):
+            """Run the hidden check's recording step in the fresh kernel, outside the notebook (silent: no history, no
+            output, no cell of the notebook)."""
+            import grading
+
+            code = f"{grading._GUARD}\n\n_nbgrader_check(None, None)\ndel _nbgrader_check"
+            reply = self.wait_for_reply(self.kc.execute(code, silent=True, store_history=False, allow_stdin=False))
+            content = (reply or {}).get("content", {})
+            if content.get("status") != "ok":
+                raise RuntimeError(f"the grader could not start its check in the kernel: {content.get('evalue')}")
+            self._recorded = True
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            """Interrupt; a cell that has not stopped GRACE seconds later gets its kernel (and sandbox) killed."""
+            self.log.error("Timeout waiting for execute reply (%is): interrupting the kernel", timeout)
+            await ensure_async(self.km.interrupt_kernel())
+            try:
+                await ensure_async(self.kc.shell_channel.get_msg(timeout=GRACE))  # the interrupted cell's reply
+            except Empty:
+                self.log.error("the cell ignored the interrupt: killing its kernel")
+                await ensure_async(self.km.shutdown_kernel(now=True))
+                raise DeadKernelError("stopped") from None
+            return {"content": {**self.error_on_timeout, "status": "error"}}
 
         def preprocess_cell(self, cell, resources, index):
             if cell.cell_type != "code":
                 return cell, resources
             if self._died_at is not None:  # no kernel left: a graded cell with no error would get its points
-                cell.outputs = [_error(NOT_RUN, f"not run: the kernel died earlier, in cell {self._died_at}")]
+                why = "was stopped" if self._stopped else "died"
+                cell.outputs = [_error(NOT_RUN, f"not run: the kernel {why} earlier, in cell {self._died_at}")]
+                return cell, resources
+            if time.monotonic() - self._started > BUDGET:
+                cell.outputs = [_error(NOT_RUN, f"not run: the submission's {BUDGET} s were spent")]
                 return cell, resources
             try:
+                if not self._recorded:
+                    self._record_clean_objects()
                 return super().preprocess_cell(cell, resources, index)
             except DeadKernelError as error:
-                self._died_at = index
-                self.log.error("the kernel died in cell %d: %s", index, error)
-                cell.outputs.append(_error(DEAD, f"the kernel died while this cell ran ({error})"))
+                self._died_at, self._stopped = index, str(error) == "stopped"
+                if self._stopped:
+                    self.log.error("cell %d ignored the interrupt after its time limit; its kernel was killed", index)
+                    message = (
+                        "this cell ran past its time limit and ignored the interrupt, so the grader killed its "
+                        "kernel and every process it started"
+                    )
+                    cell.outputs.append(_error(STOPPED, message))
+                else:
+                    self.log.error("the kernel died in cell %d: %s", index, error)
+                    cell.outputs.append(_error(DEAD, f"the kernel died while this cell ran ({error})"))
                 return cell, resources
 
     class CapOutput(NbGraderPreprocessor):
@@ -170,21 +234,61 @@ def preprocessors():
             cell.outputs = merged
             return cell, resources
 
+    class HideHidden(NbGraderPreprocessor):
+        """For the feedback: no hidden test, and no output that quotes one (for_feedback)."""
+
+        def preprocess(self, nb, resources):
+            for_feedback(nb)
+            return nb, resources
+
     default = list(Autograde.class_traits()["autograde_preprocessors"].default())
     swap = {Execute: GuardedExecute, LimitOutput: CapOutput}
-    return [swap.get(p, p) for p in default]
+    feedback = list(GenerateFeedback.class_traits()["preprocessors"].default())
+    return [swap.get(p, p) for p in default], [HideHidden, *feedback]
+
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def hidden_lines(nb) -> set[str]:
+    """The lines of a notebook's hidden tests long enough to recognise (the grader's check, the calls)."""
+    found = set()
+    for cell in nb.cells:
+        for block in HIDDEN.findall(cell.get("source", "")):
+            found |= {line.strip() for line in block.splitlines() if len(line.strip()) >= 24}
+    return found
+
+
+def for_feedback(nb) -> None:
+    """What a student may see of a graded notebook: each checker cell without its hidden part, and no output that
+    quotes it (a traceback through the hidden check, or a cell that printed the kernel's input history)."""
+    secret = hidden_lines(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.source = HIDDEN.sub("", cell.source).rstrip("\n")
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":  # the verdict stays; the frames (the hidden code's lines) go
+                output.traceback = [f"{output.ename}: {output.evalue}"]
+            text = json.dumps(output)
+            if any(line in text or json.dumps(line)[1:-1] in text for line in secret):
+                withheld = "[output withheld by the grader: it quoted the grader's hidden check]"
+                output.clear()
+                output.update(nbformat.v4.new_output("stream", name="stdout", text=withheld))
 
 
 def _error(ename: str, evalue: str):
     return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
-def dead_kernel(nb) -> tuple[int, str] | None:
-    """Where a graded notebook's kernel died: (cell index, the cell's first line), or None."""
+def dead_kernel(nb) -> tuple[int, str, bool] | None:
+    """Where a graded notebook's kernel died or was stopped: (cell index, the cell's first line, whether the grader
+    stopped it), or None."""
     for index, cell in enumerate(nb.cells):
-        if any(o.get("ename") == DEAD for o in cell.get("outputs", [])):
+        names = {o.get("ename") for o in cell.get("outputs", [])}
+        if names & {DEAD, STOPPED}:
             first = next((line for line in cell.source.splitlines() if line.strip()), "")
-            return index, first.strip()[:80]
+            return index, first.strip()[:80], STOPPED in names
     return None
 
 
@@ -201,7 +305,9 @@ def _empty_gradebook(source: Path, target: Path) -> None:
 
 
 def transfer(private_db: Path, main_db: Path, assignment: str, student: str) -> None:
-    """Copy one submission's grades and comments from a private gradebook into the course's gradebook."""
+    """Copy one submission's auto-graded scores and comments from a private gradebook into the course's gradebook.
+    Manual scores, manual comments and flags are the instructor's: whatever the private gradebook says of them is
+    not copied (grading.grade sets them where it flags an exercise)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(f"sqlite:///{private_db}") as mine:
@@ -211,22 +317,19 @@ def transfer(private_db: Path, main_db: Path, assignment: str, student: str) -> 
             for nb in sub.notebooks
             for g in nb.grades
         ]
-        comments = [(nb.name, c.name, c.auto_comment, c.manual_comment) for nb in sub.notebooks for c in nb.comments]
-        flagged = {nb.name: nb.flagged for nb in sub.notebooks}
+        comments = [(nb.name, c.name, c.auto_comment) for nb in sub.notebooks for c in nb.comments]
         timestamp = sub.timestamp
     with Gradebook(f"sqlite:///{main_db}") as gb:
         gb.update_or_create_student(student)
         with contextlib.suppress(MissingEntry):
             gb.remove_submission(assignment, student)
         gb.add_submission(assignment, student, timestamp=timestamp)
-        for nb_name, name, auto, manual, needs, extra in grades:
+        for nb_name, name, auto, _manual, _needs, _extra in grades:  # the auto-graded score alone
             g = gb.find_grade(name, nb_name, assignment, student)
-            g.auto_score, g.manual_score, g.needs_manual_grade, g.extra_credit = auto, manual, needs, extra
-        for nb_name, name, auto, manual in comments:
+            g.auto_score, g.manual_score, g.needs_manual_grade, g.extra_credit = auto, None, False, None
+        for nb_name, name, auto in comments:
             c = gb.find_comment(name, nb_name, assignment, student)
-            c.auto_comment, c.manual_comment = auto, manual
-        for nb_name, value in flagged.items():
-            gb.find_submission_notebook(nb_name, assignment, student).flagged = value
+            c.auto_comment, c.manual_comment = auto, None
         gb.db.commit()
 
 
@@ -235,21 +338,24 @@ class EnvironmentChanged(RuntimeError):
 
 
 class Guard:
-    """The grader's side of isolation: a pristine package, a watch over what matters, a private course each."""
+    """The grader's side of isolation: a sandbox per kernel, a pristine package, a watch over what matters, a
+    private course each. `trusted=True` runs the kernels without the sandbox (book/instructors.md)."""
 
-    def __init__(self, course: Path, submissions: Path, reference: dict[str, str]):
+    def __init__(self, course: Path, submissions: Path, trusted: bool = False, memory_mb: int | None = None):
         self.course, self.submissions = course.resolve(), submissions.resolve()
+        self.trusted, self.memory_mb = trusted, memory_mb or grading_sandbox.MEMORY_MB
+        if not trusted:
+            grading_sandbox.check_available()  # the same clear error where the guard is used on its own
         self.tmp = Path(tempfile.mkdtemp(prefix="tl-grading-"))
         self.package = package_dir()
         self.pristine = self.tmp / "pristine" / "transformer_lib"
         shutil.copytree(self.package, self.pristine, ignore=shutil.ignore_patterns("__pycache__"))
-        self.reference = self.tmp / "reference.json"
-        self.reference.write_text(json.dumps(reference, sort_keys=True))
         self.template = self.tmp / "gradebook.db"
         _empty_gradebook(self.course / "gradebook.db", self.template)
-        # the grader's own snapshot is watched too: every later submission's private package, reference and
-        # gradebook are copied from it, and a kernel can reach it (it sits a few folders above its own run)
-        shared = [self.pristine.parent, self.reference, self.template]
+        self.fonts = grading_sandbox.matplotlib_cache(self.tmp / "matplotlib")
+        # the grader's own snapshot is watched too: every later submission's private package and gradebook are
+        # copied from it (in the trusted mode a kernel can reach it, a few folders above its own run)
+        shared = [self.pristine.parent, self.template]
         roots = [self.course, self.package, self.submissions, ROOT / "tools", *shared]
         self.watched = [r for i, r in enumerate(roots) if r not in roots[:i]]
         paths = sysconfig.get_paths()
@@ -268,19 +374,32 @@ class Guard:
         shutil.copytree(self.course / "source" / assignment, course / "source" / assignment)
         shutil.copy(self.template, course / "gradebook.db")
         shutil.copytree(self.course / "submitted" / student / assignment, course / "submitted" / student / assignment)
-        shutil.copytree(self.pristine, here / "lib" / "transformer_lib")
-        shutil.copy(self.reference, here / "reference.json")
+        if self.trusted:  # a copy the kernel could write to (the sandbox mounts the snapshot itself, read-only)
+            shutil.copytree(self.pristine, here / "lib" / "transformer_lib")
+        grading_sandbox.prepare_home(here / "home", self.fonts)
+        (here / "kernel").mkdir()
         return here
 
     def autograde(self, api_for, assignment: str, student: str) -> dict:
-        """Grade one submission in its private course; what nbgrader said and what the kernel wrote."""
+        """Grade one submission in its private course; what nbgrader said and what the kernel wrote.
+        `api_for(course_folder, kernel_manager_class)` gives nbgrader's API for the private course."""
         here = self._private_course(assignment, student)
-        private = [here / "lib", here / "reference.json"]
+        private = [here / "lib"]
         before, mine, folders = fingerprint(self.watched), fingerprint(private), _folders(self.watched)
         saved = {p: Path(p).read_bytes() for p in before}  # to put back what the kernel changes
-        path = os.pathsep.join(filter(None, [str(here / "lib"), os.environ.get("PYTHONPATH")]))
-        with environ(PYTHONPATH=path, TL_GRADING_REFERENCE=str(here / "reference.json")):
-            done = api_for(here / "course").autograde(assignment, student, force=True, create=True)
+        if self.trusted:  # the kernel inherits these: its own home folder and package copy, nothing more
+            home = here / "home"
+            path = os.pathsep.join(filter(None, [str(here / "lib"), os.environ.get("PYTHONPATH")]))
+            env = {"PYTHONPATH": path, "TL_GRADING_PACKAGE": str(here / "lib"), "HOME": str(home)}
+            env |= {"IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".config" / "matplotlib")}
+            manager = None
+        else:  # the sandbox sets the kernel's whole environment itself
+            env = {}
+            manager = grading_sandbox.sandboxed_kernel_manager(
+                here / "kernel", self.pristine.parent, here / "home", self.memory_mb, log=here / "kernel.log"
+            )
+        with environ(**env):
+            done = api_for(here / "course", manager).autograde(assignment, student, force=True, create=True)
         wrote = changed(before, fingerprint(self.watched))
         for p in wrote:  # put back: changed and removed files from the bytes read before; added files removed
             target = Path(p)
