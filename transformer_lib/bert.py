@@ -106,11 +106,25 @@ class BertModel(nn.Module):
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model) if pooler else None
 
     def forward(
-        self, tokens: torch.Tensor, token_types: torch.Tensor | None = None
+        self,
+        tokens: torch.Tensor,
+        token_types: torch.Tensor | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """tokens (B, S) with `[CLS]` first -> hidden (B, S, d_model), pooled (B, d_model) or None."""
+        """tokens (B, S) with `[CLS]` first -> hidden (B, S, d_model), pooled (B, d_model) or None.
+
+        attention_mask (B, S), as Hugging Face's: 1 (or True) for a real token, 0 for padding. Keys are hidden where
+        it says 0 and where the token is config.pad_id (None: no id is padding)."""
         check_token_batch(tokens, "tokens")
         mask = padding_mask(tokens, self.config.pad_id)  # (B, 1, 1, S): padded keys are never read
+        if attention_mask is not None:
+            if attention_mask.shape != tokens.shape:
+                raise ValueError(
+                    f"attention_mask must have the tokens' shape {tuple(tokens.shape)} (1 = token, 0 = padding), "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+            mask = mask & attention_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
         hidden = self.encoder(self.embeddings(tokens, token_types), mask)  # (B, S, d_model)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))  # (B, d_model)
         return hidden, pooled
@@ -145,14 +159,20 @@ class BertForMaskedLM(nn.Module):
         _init_bert(self)
 
     def forward(
-        self, tokens: torch.Tensor, token_types: torch.Tensor | None = None, *, at: torch.Tensor | None = None
+        self,
+        tokens: torch.Tensor,
+        token_types: torch.Tensor | None = None,
+        *,
+        at: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens (B, S) -> logits (B, S, vocab_size); or, given `at` (B, S) bool, only at those positions: (n, V).
 
         Training needs the scores of the chosen positions only (15% of them), and the head's product with
         the whole vocabulary is most of the work, so `at` skips the rest (Google's BERT does the same).
+        attention_mask (B, S): Hugging Face's (1 = token, 0 = padding), as BertModel takes it.
         """
-        hidden, _ = self.bert(tokens, token_types)  # (B, S, d_model)
+        hidden, _ = self.bert(tokens, token_types, attention_mask=attention_mask)  # (B, S, d_model)
         if at is not None:
             if at.shape != tokens.shape or at.dtype != torch.bool:
                 raise ValueError(f"at must be a bool tensor of the tokens' shape {tuple(tokens.shape)}")
@@ -174,9 +194,15 @@ class BertClassifier(nn.Module):
         self.classifier = nn.Linear(self.config.d_model, num_classes)
         _init_bert(self)
 
-    def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens (B, S) -> logits (B, num_classes)."""
-        _, pooled = self.bert(tokens, token_types)  # (B, d_model)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        token_types: torch.Tensor | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (B, S) -> logits (B, num_classes); attention_mask (B, S) as BertModel takes it."""
+        _, pooled = self.bert(tokens, token_types, attention_mask=attention_mask)  # (B, d_model)
         return self.classifier(self.dropout(pooled))
 
 

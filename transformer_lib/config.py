@@ -46,7 +46,7 @@ class TransformerConfig:
     d_ff: int = 512  # hidden width of the feed-forward block, often 4 * d_model
     dropout: float = 0.1  # on embeddings, attention weights and every sublayer output
     max_len: int = 256  # longest sequence the positional encoding covers
-    pad_id: int = 0  # token id of padding; masked out of attention and the loss
+    pad_id: int | None = 0  # token id of padding, masked out of attention and the loss; None: no id is padding
     norm_first: bool = False  # False = post-LN as in the 2017 paper; True = pre-LN (GPT-2)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed, added), "learned" (added) or "rope" (rotary, in attention)

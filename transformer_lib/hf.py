@@ -40,6 +40,7 @@ installs it); nothing here downloads.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,6 +84,10 @@ class Family:
     claims: Callable[[TransformerConfig], bool]  # to_hf: is a model of this config one of ours?
     ours: type = DecoderOnlyLM  # the class of our model: from_hf builds one, to_hf takes one
     build: Callable[[TransformerConfig, object], nn.Module] = lambda cfg, hf_config: DecoderOnlyLM(cfg)
+    # fields of this family's config that do not change what its model computes, beyond _NO_EFFECT's, with the reason
+    no_effect: tuple[tuple[str, str], ...] = (
+        ("pad_token_id", "a causal LM's forward pass never reads it (its padding is attention_mask's)"),
+    )
 
 
 #: The registered families by Hugging Face class name, in the order `to_hf` asks them.
@@ -98,20 +103,147 @@ def _decoder_only(**fields) -> TransformerConfig:
     return TransformerConfig(dropout=0.0, norm_first=True, final_norm=True, scale_embedding=False, **fields)
 
 
-def _check_architecture(ours: nn.Module, expected: TransformerConfig, family: str, head_bias: bool = False) -> None:
+def _check_architecture(
+    ours: nn.Module, expected: TransformerConfig, family: str, head_bias: bool = False, ignore: tuple[str, ...] = ()
+) -> None:
     """Refuse a model whose config differs from `family`'s (or whose output layer holds a bias the family does
-    not have), naming what differs. rotary_dim None and rotary_dim = d_k are the same: every dimension turns."""
+    not have), naming what differs. rotary_dim None and rotary_dim = d_k are the same: every dimension turns.
+    `ignore`: fields the family's model never reads."""
     cfg = ours.config
 
     def seen(c: TransformerConfig, k: str):
         return (c.rotary_dim or c.d_k) if k == "rotary_dim" else getattr(c, k)
 
-    differ = {k: (seen(cfg, k), seen(expected, k)) for k in vars(expected) if k != "dropout"}
+    differ = {k: (seen(cfg, k), seen(expected, k)) for k in vars(expected) if k not in ("dropout", *ignore)}
     differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
     if differ:
         raise ValueError(f"not a {family} architecture; these fields differ (ours, {family}'s): {differ}")
     if not head_bias and ours.head.bias is not None and ours.head.bias.abs().max() > 0:
         raise ValueError(f"{family}'s output layer has no bias, and ours holds a non-zero one")
+
+
+# The fields of a Hugging Face config that do not change what its model computes at inference, with the reason.
+# A field of the source config that the config to_hf writes does not reproduce is refused by name, unless it is here
+# (from_hf, `_refuse_what_is_not_carried`): a rule, not a list of the fields someone thought of.
+_NO_EFFECT = {
+    "_name_or_path": "where the model was read from",
+    "architectures": "the class names it was saved with",
+    "transformers_version": "the library version it was saved with",
+    "dtype": "the storage type; from_hf computes in float32",
+    "id2label": "label names (their number is the classifier's size, which is carried)",
+    "label2id": "label names",
+    "problem_type": "which loss to train with",
+    "output_attentions": "what the forward pass returns besides the logits",
+    "output_hidden_states": "what the forward pass returns besides the logits",
+    "return_dict": "how the outputs are packed",
+    "use_cache": "whether generation keeps keys and values (ours decides per call)",
+    "chunk_size_feed_forward": "the feed-forward block in chunks: the same sums",
+    "initializer_range": "how fresh weights are drawn; from_hf copies weights",
+    "init_std": "how fresh weights are drawn; from_hf copies weights",
+    "bos_token_id": "a generation setting: the forward pass never reads it",
+    "eos_token_id": "a generation setting: the forward pass never reads it",
+    "decoder_start_token_id": "a generation setting: the forward pass never reads it",
+    "begin_suppress_tokens": "a generation setting",
+    "suppress_tokens": "a generation setting",
+    "max_length": "a generation setting",
+    "median_filter_width": "Whisper's word timestamps, not its logits",
+    # dropout and other training-only randomness: from_hf returns the model in eval mode
+    "attn_pdrop": "dropout (off at inference)",
+    "embd_pdrop": "dropout (off at inference)",
+    "resid_pdrop": "dropout (off at inference)",
+    "summary_first_dropout": "dropout of GPT-2's double-heads model, which is not converted",
+    "attention_dropout": "dropout (off at inference)",
+    "hidden_dropout": "dropout (off at inference)",
+    "hidden_dropout_prob": "dropout (off at inference)",
+    "attention_probs_dropout_prob": "dropout (off at inference)",
+    "classifier_dropout": "dropout (off at inference)",
+    "activation_dropout": "dropout (off at inference)",
+    "dropout": "dropout (off at inference)",
+    "encoder_layerdrop": "layer drop (training only)",
+    "decoder_layerdrop": "layer drop (training only)",
+    "router_jitter_noise": "noise on the router's input in training only",
+    "router_aux_loss_coef": "the weight of a training loss",
+    "output_router_logits": "what the forward pass returns besides the logits",
+    "apply_spec_augment": "SpecAugment, training only",
+    "mask_time_prob": "SpecAugment, training only",
+    "mask_time_length": "SpecAugment, training only",
+    "mask_time_min_masks": "SpecAugment, training only",
+    "mask_feature_prob": "SpecAugment, training only",
+    "mask_feature_length": "SpecAugment, training only",
+    "mask_feature_min_masks": "SpecAugment, training only",
+    # parts of other heads of the same family, which the converted class does not have
+    "summary_type": "GPT-2's double-heads model only",
+    "summary_use_proj": "GPT-2's double-heads model only",
+    "summary_activation": "GPT-2's double-heads model only",
+    "summary_proj_to_labels": "GPT-2's double-heads model only",
+    "classifier_proj_size": "Whisper's audio classifier only",
+    "use_weighted_layer_sum": "Whisper's audio classifier only",
+    "encoder_stride": "ViT's masked-image model only",
+    "pooler_output_size": "ViT's pooler, which the image classifier does not build",
+    "pooler_act": "ViT's pooler, which the image classifier does not build",
+}
+
+# Two spellings of one value: the field as the model reads it (None meaning a default the model computes).
+_AS_READ = {
+    "n_inner": lambda value, c: 4 * c.n_embd if value is None else value,  # GPT-2 and GPT-J: 4 x width by default
+    "head_dim": lambda value, c: value or c.hidden_size // c.num_attention_heads,
+}
+
+
+# Our config's names, and the Hugging Face fields each comes from in one family or another.
+_THEIR_NAMES = {
+    "d_model": ("hidden_size", "n_embd", "d_model"),
+    "num_heads": ("num_attention_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads"),
+    "num_kv_heads": ("num_key_value_heads",),
+    "num_layers": ("num_hidden_layers", "n_layer", "encoder_layers", "decoder_layers"),
+    "d_ff": ("intermediate_size", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim"),
+    "max_len": ("max_position_embeddings", "n_positions", "max_target_positions", "max_source_positions"),
+    "rotary_dim": ("rotary_dim", "rope_parameters"),
+    "d_k": ("hidden_size", "n_embd", "num_attention_heads", "n_head", "head_dim"),
+    "vocab_size": ("vocab_size",),
+}
+
+
+def _named_as_theirs(error: ValueError, hf_config, family: str) -> ValueError:
+    """An error of our config's, with the fields of their config it came from (an error that already names one of
+    their fields is left as it is)."""
+    fields = hf_config.to_dict()
+    text = str(error)
+    if any(re.search(rf"\b{re.escape(k)}\b", text) for k in fields if k not in _THEIR_NAMES):
+        return error
+    named = [
+        f"{theirs}={fields[theirs]!r}"
+        for ours, candidates in _THEIR_NAMES.items()
+        if re.search(rf"\b{ours}\b", text)
+        for theirs in candidates
+        if theirs in fields
+    ]
+    if not named:
+        return error
+    return ValueError(f"{text} (in this {family} config: {', '.join(dict.fromkeys(named))})")
+
+
+def _refuse_what_is_not_carried(source, written, family: Family) -> None:
+    """Compare the config a model came with and the one to_hf writes for its conversion, field by field: a field
+    that differs, and is not one that changes nothing (`_NO_EFFECT`, the family's `no_effect`), is refused with its
+    name and both values."""
+    theirs, back = source.to_dict(), written.to_dict()
+    missing = object()
+    differ = {}
+    for key in sorted(theirs.keys() | back.keys()):
+        if key in _NO_EFFECT or key in dict(family.no_effect):
+            continue
+        a, b = theirs.get(key, missing), back.get(key, missing)
+        if key in _AS_READ:
+            a, b = _AS_READ[key](a, source), _AS_READ[key](b, written)
+        if a != b:
+            differ[key] = (a if a is not missing else "(not set)", b if b is not missing else "(not set)")
+    if differ:
+        fields = "; ".join(f"{k}={a!r} (ours would compute {k}={b!r})" for k, (a, b) in differ.items())
+        raise ValueError(
+            f"from_hf cannot carry every field of this {family.name} config, so the converted model would compute "
+            f"something else: {fields}"
+        )
 
 
 def _renamed(state: dict[str, torch.Tensor], names: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
@@ -124,16 +256,18 @@ def _flipped(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _tanh_gelu(hf_config, family: str) -> str:
-    act = getattr(hf_config, "activation_function", None) or getattr(hf_config, "hidden_act", None)
+    field = "activation_function" if hasattr(hf_config, "activation_function") else "hidden_act"
+    act = getattr(hf_config, field, None)
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"only {family}'s tanh GELU is supported, got activation {act!r}")
+        raise ValueError(f"only {family}'s tanh GELU is supported, got {field}={act!r}")
     return "gelu_tanh"
 
 
 def _rope_theta(hf_config) -> float:
     parameters = getattr(hf_config, "rope_parameters", None) or {}
     if parameters.get("rope_type", "default") != "default":
-        raise ValueError(f"only plain rotary positions are supported, got rope_type {parameters['rope_type']!r}")
+        kind = parameters["rope_type"]
+        raise ValueError(f"only plain rotary positions are supported, got rope_parameters['rope_type']={kind!r}")
     return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
 
 
@@ -577,7 +711,7 @@ def _bert_config(hf_config) -> TransformerConfig:
     if getattr(hf_config, "position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"only absolute positions are supported, got {hf_config.position_embedding_type!r}")
     if hf_config.hidden_act != "gelu":
-        raise ValueError(f"only BERT's exact GELU is supported, got activation {hf_config.hidden_act!r}")
+        raise ValueError(f"only BERT's exact GELU is supported, got hidden_act={hf_config.hidden_act!r}")
     return bert_config(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.hidden_size,
@@ -586,7 +720,7 @@ def _bert_config(hf_config) -> TransformerConfig:
         d_ff=hf_config.intermediate_size,
         max_len=hf_config.max_position_embeddings,
         eps=hf_config.layer_norm_eps,
-        pad_id=hf_config.pad_token_id if hf_config.pad_token_id is not None else 0,
+        pad_id=hf_config.pad_token_id,  # None: no id is padding (pass attention_mask, as to theirs)
         dropout=0.0,
     )
 
@@ -666,10 +800,15 @@ def _bert_save(head: str) -> Callable[[nn.Module], nn.Module]:
 def _vit_config(hf_config) -> TransformerConfig:
     """A ViTConfig -> the TransformerConfig of the same encoder."""
     if hf_config.hidden_act != "gelu":
-        raise ValueError(f"only ViT's exact GELU is supported, got activation {hf_config.hidden_act!r}")
+        raise ValueError(f"only ViT's exact GELU is supported, got hidden_act={hf_config.hidden_act!r}")
+    for field in ("image_size", "patch_size"):
+        value = getattr(hf_config, field)
+        if isinstance(value, tuple | list):
+            raise ValueError(f"our ViT reads square images in square patches, one size each: got {field}={value!r}")
     if not hf_config.qkv_bias:
         raise ValueError("only ViT with biases on the query, key and value projections is supported (qkv_bias=True)")
     return vit_config(
+        positional="learned",  # ViT's own table (VisionTransformer keeps it; the field only says so)
         vocab_size=1,  # no tokens: the patches come from a convolution
         d_model=hf_config.hidden_size,
         num_heads=hf_config.num_attention_heads,
@@ -725,7 +864,8 @@ def _vit_save(ours: nn.Module) -> nn.Module:
         attention_probs_dropout_prob=cfg.dropout,
         num_labels=ours.head.out_features,
     )
-    _check_architecture(ours, _vit_config(hf_config), "ViT", head_bias=True)
+    # VisionTransformer keeps its own learned table whatever config.positional says
+    _check_architecture(ours, _vit_config(hf_config), "ViT", head_bias=True, ignore=("positional",))
     hf = transformers.ViTForImageClassification(hf_config)
     hf.load_state_dict(_renamed(ours.state_dict(), _vit_names(cfg.num_layers)), strict=True)
     return hf.eval()
@@ -741,8 +881,15 @@ def _whisper_config(hf_config) -> TransformerConfig:
     """A WhisperConfig -> the TransformerConfig of the same encoder-decoder; refuses by name what ours cannot build."""
     checks = {
         "activation_function": (hf_config.activation_function, "gelu"),
-        "decoder_attention_heads": (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
-        "decoder_ffn_dim": (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
+        # one count and one width for both stacks: named as both fields, since either may be the odd one
+        "decoder_attention_heads / encoder_attention_heads": (
+            (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
+            (hf_config.encoder_attention_heads,) * 2,
+        ),
+        "decoder_ffn_dim / encoder_ffn_dim": (
+            (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
+            (hf_config.encoder_ffn_dim,) * 2,
+        ),
         "scale_embedding": (hf_config.scale_embedding, False),
     }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
@@ -885,6 +1032,7 @@ _register(
         lambda c: True,
         ours=BertForMaskedLM,
         build=lambda cfg, hf_config: BertForMaskedLM(cfg, token_types=hf_config.type_vocab_size),
+        no_effect=(),
     )
 )
 _register(
@@ -897,6 +1045,7 @@ _register(
         lambda c: True,
         ours=BertClassifier,
         build=lambda cfg, hf_config: BertClassifier(cfg, hf_config.num_labels, token_types=hf_config.type_vocab_size),
+        no_effect=(),
     )
 )
 
@@ -909,6 +1058,7 @@ _register(
         _vit_save,
         lambda c: True,
         ours=VisionTransformer,
+        no_effect=(),
         build=lambda cfg, hf: VisionTransformer(
             cfg, image_size=hf.image_size, patch_size=hf.patch_size, num_classes=hf.num_labels, channels=hf.num_channels
         ),
@@ -923,6 +1073,7 @@ _register(
         _whisper_save,
         lambda c: True,
         ours=SpeechTranscriber,
+        no_effect=(),
         build=lambda cfg, hf: SpeechTranscriber(cfg, n_mels=hf.num_mel_bins, n_frames=2 * hf.max_source_positions),
     )
 )
@@ -931,17 +1082,22 @@ _register(
 def from_hf(hf_model: nn.Module) -> nn.Module:
     """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
     a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT, a
-    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper."""
+    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper. Every field of the model's config is
+    carried or refused by name: the conversion is written back with to_hf and the two configs compared."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:
         names = ", ".join(FAMILIES)
         raise TypeError(f"from_hf takes one of {names}; got {type(hf_model).__name__}")
-    cfg = family.config(hf_model.config)
-    state = family.load(hf_model.state_dict(), cfg)
-    ours = family.build(cfg, hf_model.config)
+    try:
+        cfg = family.config(hf_model.config)
+        state = family.load(hf_model.state_dict(), cfg)
+        ours = family.build(cfg, hf_model.config)
+    except ValueError as error:  # a rule of our config's: say which of their fields broke it
+        raise _named_as_theirs(error, hf_model.config, family.name) from error
     if isinstance(ours, DecoderOnlyLM):
         state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # most families' output layers have no bias
     ours.load_state_dict(state)
+    _refuse_what_is_not_carried(hf_model.config, family.save(ours).config, family)
     return ours.eval()
 
 

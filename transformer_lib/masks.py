@@ -22,10 +22,13 @@ __all__ = [
 ]
 
 
-def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """(B, S) ids -> (B, 1, 1, S) bool, True where the key is a real token (True = may attend)."""
+def padding_mask(tokens: torch.Tensor, pad_id: int | None) -> torch.Tensor:
+    """(B, S) ids -> (B, 1, 1, S) bool, True where the key is a real token (True = may attend). pad_id None: no id
+    is padding (every key may be read)."""
     if tokens.dim() != 2:
         raise ValueError(f"padding_mask expects token ids of shape (B, S), got shape {tuple(tokens.shape)}")
+    if pad_id is None:
+        return torch.ones_like(tokens, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, S)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 

@@ -221,3 +221,44 @@ def test_the_head_at_chosen_positions_only_gives_the_same_scores_and_loss():
     torch.testing.assert_close(bert.mlm_loss(some, labels), bert.mlm_loss(every, labels))
     with pytest.raises(ValueError, match=r"at must be a bool tensor of the tokens' shape \(3, 10\)"):
         model(inputs, at=chosen.long())
+
+
+@pytest.mark.parametrize("kind", ["BertForMaskedLM", "BertForSequenceClassification"])
+def test_a_config_without_a_pad_id_treats_no_token_as_padding_and_takes_attention_mask(kind):
+    """Hugging Face hides keys by attention_mask alone. A BERT whose config names no pad_token_id converts to ours
+    with no padding id: a real token 0 in the text is read (it was masked before, 1.9 apart), and an attention_mask
+    with their meaning (1 = token, 0 = padding) hides the same keys in both."""
+    cfg = _hf_config(3)
+    cfg.pad_token_id = None
+    theirs = _randomised(getattr(transformers, kind)(cfg), 3)
+    ours = tl.hf.from_hf(theirs)
+    assert ours.config.pad_id is None
+    tokens, types = _batch(cfg, 3)
+    tokens[:, 1:3] = 0  # id 0 in real text, in every row
+    with torch.no_grad():
+        torch.testing.assert_close(
+            ours(tokens, types), theirs(input_ids=tokens, token_type_ids=types).logits, atol=1e-5, rtol=1e-5
+        )
+        mask = torch.ones_like(tokens)
+        mask[1, -3:], mask[2, 4:] = 0, 0  # the same rows padded, now said by the mask, whatever the ids there
+        got = ours(tokens, types, attention_mask=mask)
+        want = theirs(input_ids=tokens, token_type_ids=types, attention_mask=mask).logits
+    if kind == "BertForMaskedLM":
+        got, want = got[mask.bool()], want[mask.bool()]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="attention_mask must have the tokens' shape"):
+        ours(tokens, types, attention_mask=mask[:, :3])
+    assert type(tl.hf.to_hf(ours)).__name__ == kind and tl.hf.to_hf(ours).config.pad_token_id is None
+
+
+def test_hugging_face_berts_that_ours_would_compute_differently_are_refused_by_name():
+    """is_decoder (a causal mask in transformers) and an untied output matrix converted silently before (logits 4.8
+    and 6.3 apart): now each is refused with its field's name."""
+    for field, value in [("is_decoder", True), ("tie_word_embeddings", False), ("add_cross_attention", True)]:
+        cfg = _hf_config(1)
+        setattr(cfg, field, value)
+        if field == "add_cross_attention":
+            cfg.is_decoder = True
+        theirs = transformers.BertForMaskedLM(cfg).eval()
+        with pytest.raises(ValueError, match=field):
+            tl.hf.from_hf(theirs)

@@ -311,8 +311,8 @@ def test_from_hf_gives_whispers_logits_and_to_hf_gives_its_weights_back(whisper)
 def test_from_hf_refuses_what_ours_does_not_build(whisper):
     for change, message in (
         (dict(activation_function="relu"), "'activation_function': 'relu'"),
-        (dict(decoder_attention_heads=6), "'decoder_attention_heads': 6"),
-        (dict(decoder_ffn_dim=48), "'decoder_ffn_dim': 48"),
+        (dict(decoder_attention_heads=6), r"'decoder_attention_heads / encoder_attention_heads': \(6, "),
+        (dict(decoder_ffn_dim=48), r"'decoder_ffn_dim / encoder_ffn_dim': \(48, "),
         (dict(scale_embedding=True), "'scale_embedding': True"),
     ):
         config = transformers.WhisperConfig(**(whisper.config.to_dict() | change))

@@ -41,9 +41,10 @@ function settings(info) {
       `characters of ${info.own ? "the text it was trained on" : "the training plays"}. Remove or replace them.` };
   }
   if (n === null) return { field: "lm-length", error: `Characters to write must be a whole number of at least 1, got “${$("lm-length").value}”.` };
-  if (prompt.length + n > info.max_len) {
-    return { field: "lm-prompt", error: `The prompt has ${prompt.length} characters and you asked for ${n} more: ` +
-      `${prompt.length + n}, more than the model's ${info.max_len} positions. Shorten the prompt or ask for fewer.` };
+  const length = [...prompt].length; // characters (code points), as the model reads them: an emoji is one, not two
+  if (length + n > info.max_len) {
+    return { field: "lm-prompt", error: `The prompt has ${length} characters and you asked for ${n} more: ` +
+      `${length + n}, more than the model's ${info.max_len} positions. Shorten the prompt or ask for fewer.` };
   }
   if (topK === null) return { field: "lm-topk", error: `Top-k must be a whole number, 0 for off, got “${$("lm-topk").value}”.` };
   if (seed === null) return { field: "lm-seed", error: `The seed must be a whole number from 0 up, got “${$("lm-seed").value}”.` };
@@ -96,7 +97,7 @@ let steps = []; // per generated character: {context, chosen, candidates [{index
 function showStep(k) {
   const step = steps[k];
   if (!step) return;
-  $("lm-step-label").textContent = `Step ${k + 1} of ${steps.length}: after “…${step.context.slice(-20).replaceAll("\n", "↵")}”`;
+  $("lm-step-label").textContent = `Step ${k + 1} of ${steps.length}: after “…${[...step.context].slice(-20).join("").replaceAll("\n", "↵")}”`;
   const body = $("lm-candidates").querySelector("tbody");
   body.replaceChildren(...step.candidates.map((c) => {
     const tr = document.createElement("tr");
