@@ -122,8 +122,10 @@ def command(kernel: list[str], run: Path, package: Path, home: Path, memory_mb: 
     args = [path, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    args += _system_binds() + _python_binds()
+    # bwrap mounts in order, a later mount over an earlier one: the private /tmp first, so that a Python environment
+    # or a grading folder that lives under /tmp (a checkout in /tmp, the grader's own temporary folder) stays visible
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += _system_binds() + _python_binds()
     args += ["--ro-bind", str(package), PACKAGE_ROOT]
     args += ["--bind", str(home), HOME, "--bind", str(run), str(run)]
     args += ["--remount-ro", "/", "--chdir", f"{HOME}/work"]  # the sandbox's own root read-only too
