@@ -783,15 +783,20 @@ def test_grading_refuses_without_bubblewrap_and_says_what_to_do(tmp_path, monkey
     assert "bubblewrap" in said and "TRUSTED=1" in said, said
 
 
-def test_the_sandbox_mounts_its_private_tmp_before_what_lives_under_tmp():
+def test_the_sandbox_mounts_its_private_tmp_before_what_lives_under_tmp(monkeypatch):
     """bwrap mounts in order: a checkout (and its .venv) or a grading folder under /tmp must be bound after the
     private /tmp, or the kernel cannot find its Python (a fresh clone in /tmp graded nothing but dead kernels)."""
+    import tempfile
+
     import grading_sandbox
 
     _need_bubblewrap()
+    venv = tempfile.mkdtemp(prefix="tl-venv-", dir="/tmp")  # a Python environment that lives under /tmp
+    monkeypatch.setattr(sys, "prefix", venv)
     run = Path("/tmp/tl-grading-example/run")
     args = grading_sandbox.command(["python"], run, Path("/tmp/tl-grading-example/lib"), Path("/tmp/x/home"))
     tmpfs = args.index("--tmpfs")
     assert args[tmpfs + 1] == "/tmp"
     binds = [i for i, a in enumerate(args) if a in ("--bind", "--ro-bind") and args[i + 1].startswith("/tmp/")]
-    assert binds and all(i > tmpfs for i in binds), args
+    assert venv in [args[i + 1] for i in binds] and all(i > tmpfs for i in binds), args
+    Path(venv).rmdir()
