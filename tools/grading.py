@@ -15,24 +15,28 @@ A checker cell earns its points when it runs without error and the checker says 
 visible part is the chapter's cell, so a student sees the hint while working. Its hidden part (added
 back by nbgrader when it grades) does not trust the notebook: it imports the checkers afresh from
 their files, calls the same checker on the same arguments as the visible cell, and compares every
-checker, `CORRECT` and library function the notebook could reach with that fresh copy. If the
+checker, `CORRECT` and library function the notebook could reach with that fresh copy, the torch, math,
+numpy and builtin callables by identity with the objects recorded before the notebook's first cell ran. If the
 notebook replaced one (a `check_*`, `CORRECT`, a function of transformer_lib, or a torch, math, numpy
-or builtin callable, by anything: a function, a callable object, a partial, another library's function),
+or builtin callable, by anything: a function, a callable object, a partial, another library's function, a
+forgery of its name and type),
 or added a hook to IPython (an input or AST transformer, an event callback, its own cell runner), the
 exercise gets no points and the cell says TAMPERED. A hook could rewrite the hidden part before it runs,
 so `grade` also reads the student's cells for any line that reaches into IPython, and flags it.
 
 `grade` collects SUBMISSIONS/<student>/NN_name.ipynb (or SUBMISSIONS/<student>/NN_name/NN_name.ipynb)
-into submitted/, runs `nbgrader autograde` on each one in isolation (grading_guard.py: a private course
-and package copy per submission, and anything it writes to the course, the package, the submissions or
-tools/ put back and flagged; read-only cells are restored from the gradebook, a missing checker cell is
-added back, each cell has --timeout seconds, a dead kernel costs only the cells after it, long outputs
-are cut to a head and a tail), flags tampering in the gradebook
+into submitted/, runs `nbgrader autograde` on each one in isolation (grading_guard.py: a private course per
+submission, its kernel in a bubblewrap sandbox that sees only itself (grading_sandbox.py; --trusted runs it
+without), and anything written to the course, the package, the submissions or tools/ put back and flagged;
+read-only cells are restored from the gradebook, a missing checker cell is added back, each cell has --timeout
+seconds, a dead kernel costs only the cells after it, a cell that ignores the interrupt has its kernel killed,
+long outputs are cut to a head and a tail), flags tampering in the gradebook
 (the checker cell is marked for manual grading and the answer cell gets a comment), then writes
 - grades.csv: nbgrader's own export (one row per student and assignment);
 - grades_by_exercise.csv: points per exercise, the flag, any error and a note (where a kernel died), one row
   per student and assignment;
-- feedback/<student>/<assignment>/: nbgrader's HTML feedback and feedback.md, each checker's hint.
+- feedback/<student>/<assignment>/: nbgrader's HTML feedback and feedback.md, each checker's hint (never the
+  hidden tests, nor an output that quotes them).
 A submission that is not a notebook gets a clear error in both CSVs and its feedback; the others are graded.
 """
 
