@@ -7,6 +7,9 @@ NOTEBOOK_REPORT set, the times also go to that JSON file for tools/results.py. T
 <= 6x per notebook (reported, never enforced: machines are shared and their speed moves). Only a
 notebook past the safety net of NOTEBOOK_TIME_LIMIT seconds (default 600, far beyond any
 plausible machine) fails the run, because then something hangs.
+
+Every notebook's kernel starts through tools/kernel_start.py: over Unix sockets (no TCP port to race
+for), waiting up to 300 s, retried once with a warning if it still does not answer.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["kernel_start"]  # tools/kernel_start.py, on pytest's pythonpath (pyproject.toml)
 
 LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT", "600"))
 BUDGET = 6.0

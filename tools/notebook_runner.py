@@ -15,6 +15,8 @@ import time
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
+from kernel_start import STARTUP_TIMEOUT_S, IpcKernelManager
+
 WATCHDOG_GRACE_S = 10  # beyond nbclient's own per-cell timeout
 
 
@@ -27,8 +29,12 @@ def run_cells(client: NotebookClient, name: str) -> tuple[float, list[tuple[floa
 
     Returns (seconds from the kernel's start to the last cell's end, [(seconds, cell index, first
     line)]). Raises CellHung when a cell runs past client.timeout or no reply comes within
-    WATCHDOG_GRACE_S more; an error in a cell raises nbclient's CellExecutionError as usual.
+    WATCHDOG_GRACE_S more; an error in a cell raises nbclient's CellExecutionError as usual. The kernel talks
+    over Unix sockets and may take STARTUP_TIMEOUT_S to start (tools/kernel_start.py says why).
     """
+    if client.km is None:
+        client.kernel_manager_class = IpcKernelManager
+        client.startup_timeout = max(client.startup_timeout, STARTUP_TIMEOUT_S)
     return asyncio.run(_run_cells(client, name))
 
 

@@ -23,6 +23,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
+from kernel_start import STARTUP_TIMEOUT_S, IpcKernelManager
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = [ROOT / "notebooks" / "00_template.ipynb", ROOT / "notebooks" / "03_positional_encoding.ipynb"]
 COLAB = ["torch==2.13.0", "ipykernel", "ipywidgets==7.7.1", "matplotlib==3.10.0", "tqdm"]  # there before the learner
@@ -51,7 +53,8 @@ def _execute(path: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
         nb,
         kernel_name=kernel,
         timeout=CELL_TIMEOUT_S,  # per cell
-        startup_timeout=60,
+        startup_timeout=STARTUP_TIMEOUT_S,
+        kernel_manager_class=IpcKernelManager,  # no TCP port to race the other worker's kernels for
         shutdown_kernel="immediate",
         resources={"metadata": {"path": str(cwd)}},
     )
