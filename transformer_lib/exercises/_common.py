@@ -10,6 +10,8 @@ import contextlib
 import copy
 import functools
 import math
+import random
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -41,16 +43,37 @@ class Wrong(Exception):
 
 
 def checker(check: Callable[..., str]) -> Callable[..., str]:
-    """Decorate a checker: a `Wrong` raised while it runs becomes its verdict."""
+    """Decorate a checker: a `Wrong` raised while it runs becomes its verdict, and the caller's random streams
+    (torch's, on the CPU and every CUDA device in use, Python's and numpy's) are as they were before the call, so
+    that the next draw in the learner's notebook is the one it would have been without the check."""
 
     @functools.wraps(check)
     def checked(*args, **kwargs) -> str:
+        saved = _random_states()
         try:
             return check(*args, **kwargs)
         except Wrong as wrong:
             return wrong.verdict
+        finally:
+            _restore_random_states(saved)
 
     return checked
+
+
+def _random_states() -> tuple:
+    numpy = sys.modules.get("numpy")  # only where the notebook has it loaded
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda, random.getstate(), numpy.random.get_state() if numpy else None
+
+
+def _restore_random_states(saved: tuple) -> None:
+    cpu, cuda, python, numpy_state = saved
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+    random.setstate(python)
+    if numpy_state is not None:
+        sys.modules["numpy"].random.set_state(numpy_state)
 
 
 def no(mistake: str, hint: str) -> Verdict:

@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
 import transformer_lib as tl
 from transformer_lib import exercises as ex
@@ -55,3 +56,49 @@ def test_a_verdict_reads_as_its_hint_and_correct_stays_a_plain_string():
     verdict = ex.check_attention(lambda q, k, v: q)
     assert isinstance(verdict, str) and verdict.mistake and str(verdict) == verdict
     assert type(ex.CORRECT) is str  # the grader compares types: a submission cannot pass a Verdict off as correct
+
+
+def _draws() -> tuple:
+    import random
+
+    import numpy as np
+
+    return torch.rand(4).tolist(), random.random(), float(np.random.rand())
+
+
+@pytest.mark.parametrize("name", ALONE)
+def test_a_checker_leaves_the_callers_random_streams_as_it_found_them(name):
+    """The learner's next draw after a check is the one it would have been without it: torch's, Python's and
+    numpy's global streams are restored, whatever the checker seeded or drew (chapters 3 and 5 seeded torch's).
+    (The checkers that also take a trained model get the same @checker, which every checker has: the first test.)"""
+    import random
+
+    import numpy as np
+
+    def seed_all():
+        torch.manual_seed(1234)
+        random.seed(1234)
+        np.random.seed(1234)
+
+    seed_all()
+    expected = _draws()
+    seed_all()
+    getattr(ex, name)(lambda *args, **kwargs: None)  # a stub answer: the checker's own seeding and draws still happen
+    assert _draws() == expected, f"{name} changed the caller's random stream"
+
+
+def test_an_experiment_checker_that_seeds_leaves_the_stream_after_a_right_answer_too():
+    t = torch
+
+    def gap(layer, tokens, perm, use_pe):  # chapter 3's permutation experiment, done right
+        def encode(x):
+            return x + tl.sinusoidal_encoding(x.shape[1], x.shape[2]) if use_pe else x
+
+        with t.no_grad():
+            return (layer(encode(tokens[:, perm])) - layer(encode(tokens))[:, perm]).abs().max().item()
+
+    t.manual_seed(99)
+    expected = t.rand(3)
+    t.manual_seed(99)
+    ex.check_permutation_gap(gap)
+    assert t.equal(t.rand(3), expected)
