@@ -28,11 +28,19 @@ _CORRUPT_CASES = (
     (120, 270, 50, (0, 1, 2, 3, 4), 3, 0, 1, 2),
     (120, 270, 1000, (5, 250, 251, 600, 999), 600, 999, 5, 250),
 )
+# Texts that use part of the vocabulary, so that the random words show where they were drawn from: 40 words spread
+# over 1000 ids (the top one among them), then only the ids below 200 (the largest id in the batch is far below
+# vocab_size). (case, the text's words: a slice of the ordinary ids)
+_PART_CASES = (
+    ((120, 270, 1000, (5, 250, 251, 600, 998), 600, 998, 5, 250), slice(None, None, 25)),
+    ((120, 270, 1000, (0, 1, 2, 3, 4), 3, 0, 1, 2), slice(0, 195)),
+)
 
 
-def _token_batch(rows, width, vocab, specials, pad, cls, sep, g) -> torch.Tensor:
-    """(rows, width) ids: [CLS], ordinary words and a few specials, [SEP], then padding (rows of other lengths)."""
-    ordinary = torch.tensor([i for i in range(vocab) if i not in specials])
+def _token_batch(rows, width, vocab, specials, pad, cls, sep, g, words: slice = slice(None)) -> torch.Tensor:
+    """(rows, width) ids: [CLS], ordinary words (those of the slice `words` of them) and a few specials, [SEP], then
+    padding (rows of other lengths)."""
+    ordinary = torch.tensor([i for i in range(vocab) if i not in specials])[words]
     tokens = ordinary[torch.randint(len(ordinary), (rows, width), generator=g)]  # (rows, width)
     sprinkled = torch.rand(rows, width, generator=g) < 0.02  # a [MASK] or [UNK] already in the text: never chosen
     tokens[sprinkled] = torch.tensor(specials)[torch.randint(len(specials), (int(sprinkled.sum()),), generator=g)]
@@ -92,6 +100,10 @@ def _judge_corruption(tokens, inputs, labels, mask_id, specials, vocab, case) ->
         r, c = _first(changed)
         hint = f"row {r}, column {c} has the label -100 but {tokens[r, c].item()} became {inputs[r, c].item()}"
         raise Wrong("unchosen-changed", f"On {case}: {hint}. Only chosen positions change.")
+    if (typed := _typed_mask(inputs[chosen & (inputs != tokens)], mask_id)) is not None:
+        share, typed_id = typed
+        hint = f"{share:.0%} of the changed positions became the id {typed_id}, but [MASK] is mask_id = {mask_id} here"
+        raise Wrong("mask-id", f"On {case}: {hint}. Use the argument mask_id, not a number typed in.")
     random = chosen & (inputs != tokens) & (inputs != mask_id)  # (B, S): the random words
     if (outside := random & ((inputs < 0) | (inputs >= vocab))).any():
         got = inputs[_first(outside)].item()
@@ -104,6 +116,7 @@ def _judge_corruption(tokens, inputs, labels, mask_id, specials, vocab, case) ->
         int((~special).sum()),
         vocab - len(set(specials)),
     )  # positions, positions, ids
+    _judge_shared(chosen, ~special, "chosen", case)
     if _off(n / ordinary, 0.15, ordinary):
         hint = f"you chose {n / ordinary:.1%} of the ordinary words; choose each with probability 0.15"
         raise Wrong("rate", f"On {case}: {hint}.")
@@ -111,10 +124,71 @@ def _judge_corruption(tokens, inputs, labels, mask_id, specials, vocab, case) ->
     if masked > 0.99:
         hint = "Every chosen position became [MASK]: 10% of them become a random word and 10% stay as they are."
         raise Wrong("all-masked", hint)
+    _judge_shared(inputs == mask_id, chosen, "made [MASK]", case)
     p_random = 0.1 * (1 - 1 / words)  # a random word can be the original one: then it counts as kept
     if _off(masked, 0.8, n) or _off(1 - masked - kept, p_random, n) or _off(kept, 1 - 0.8 - p_random, n):
         shares = f"{masked:.0%} became [MASK], {1 - masked - kept:.0%} a random word and {kept:.0%} stayed"
         raise Wrong("split", f"On {case}: of the chosen positions {shares}; expected 80%, 10% and 10%.")
+    _judge_random_words(tokens[~special], inputs[random], specials, vocab, case)
+
+
+def _typed_mask(changed: torch.Tensor, mask_id: int) -> tuple[float, int] | None:
+    """(share, id) when one id other than mask_id fills at least half the changed positions `changed` (n,), as a
+    [MASK] id typed in would (the random words spread over the vocabulary); else None."""
+    if changed.numel() < 50:
+        return None
+    common = changed.mode().values.item()
+    share = (changed == common).double().mean().item()
+    return (share, common) if common != mask_id and share >= 0.5 else None
+
+
+def _judge_shared(event: torch.Tensor, among: torch.Tensor, what: str, case: str) -> None:
+    """Raise "shared-draw" when the positions where `event` (B, S) holds, among `among`, repeat down every column or
+    along every row: one random number per column or row, broadcast over the other axis."""
+    if (axis := _shared_axis(event, among)) is not None:
+        hint = f"the positions {what} are the same in every {axis}: one random number was shared by all of them"
+        raise Wrong("shared-draw", f"On {case}: {hint}. Draw one number per position, of the tokens' shape (B, S).")
+
+
+def _shared_axis(event: torch.Tensor, among: torch.Tensor) -> str | None:
+    """ "row" when `event` (B, S) is all or nothing down most columns (among the positions `among`), "column" when
+    along most rows: one random number per column or per row, shared. Independent draws mix nearly everywhere."""
+    for axis, dim in (("row", 0), ("column", 1)):
+        counts, hits = among.sum(dim), (event & among).sum(dim)  # per column (dim 0) or per row (dim 1)
+        judged = counts >= 10  # enough positions to expect both outcomes
+        if judged.sum() >= 5:
+            mixed = ((hits > 0) & (hits < counts))[judged].double().mean().item()
+            if mixed < 0.5:
+                return axis
+    return None
+
+
+def _judge_random_words(words: torch.Tensor, drawn: torch.Tensor, specials, vocab: int, case: str) -> None:
+    """The random words `drawn` (n,) are uniform over the ordinary ids, whatever the text's words `words` are: not
+    capped at the batch's largest id, not taken from the text, not from part of the range (a Kolmogorov-Smirnov
+    distance under a bound a right answer passes with probability 1 - 1e-9)."""
+    n = drawn.numel()
+    ordinary = torch.tensor([i for i in range(vocab) if i not in set(specials)])  # sorted
+    top = int(words.max()) + 1  # the vocabulary size a batch would suggest
+    above = (ordinary >= top).double().mean().item()  # the share of uniform draws at or above it
+    if above * n >= 30 and not (drawn >= top).any():
+        hint = f"every random word is below {top}, the largest id in the batch + 1, but vocab_size = {vocab}"
+        raise Wrong("vocab-from-batch", f"On {case}: {hint}. Draw from the whole vocabulary you are given.")
+    text = torch.unique(words)
+    p, share = torch.isin(ordinary, text).double().mean().item(), torch.isin(drawn, text).double().mean().item()
+    if p < 0.5 and share > p and _off(share, p, n):
+        hint = f"{share:.0%} of your random words occur in the text, where uniform draws give about {p:.0%}"
+        raise Wrong("random-from-text", f"On {case}: {hint}. Draw each from all ordinary ids, not from the batch.")
+    rank = torch.searchsorted(ordinary, drawn).double().sort().values / len(ordinary)  # (n,): in [0, 1), sorted
+    steps = torch.arange(n + 1, dtype=torch.float64) / n  # (n + 1,): the empirical distribution's steps
+    distance = max((steps[1:] - rank).max().item(), (rank - steps[:-1]).max().item())
+    if distance > math.sqrt(math.log(2 / 1e-9) / (2 * n)) + 1 / len(ordinary):
+        low, high = ordinary[int(rank[0] * len(ordinary))].item(), ordinary[int(rank[-1] * len(ordinary))].item()
+        hint = f"your random words are not spread evenly over the ordinary ids (they run from {low} to {high})"
+        raise Wrong(
+            "random-part",
+            f"On {case}: {hint}. Draw each uniformly from every id below vocab_size = {vocab} that is not special.",
+        )
 
 
 @checker
@@ -126,6 +200,12 @@ def check_mask_tokens(fn: Callable) -> str:
         case = f"tokens of shape {(rows, width)}, vocab_size={vocab}, special_ids={specials}, mask_id={mask_id}"
         inputs, labels = _corrupted(fn, tokens, mask_id, specials, vocab, 1, case)
         _judge_corruption(tokens, inputs, labels, mask_id, specials, vocab, case)
+    for part_case, words in _PART_CASES:  # the seed is judged below on the last case above, not on these
+        part = _token_batch(*part_case[:4], *part_case[5:], g, words)
+        vocab_size, special_ids, mask = part_case[2], part_case[3], part_case[4]
+        given = f"a text of {len(torch.unique(part))} distinct ids, vocab_size={vocab_size}, special_ids={special_ids}"
+        got = _corrupted(fn, part, mask, special_ids, vocab_size, 1, given)
+        _judge_corruption(part, *got, mask, special_ids, vocab_size, given)
     # the last input again: the same seed must give the same corruption, another seed another
     again = _corrupted(fn, tokens, mask_id, specials, vocab, 1, case)
     if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):

@@ -124,9 +124,63 @@ def _stray_random(tokens, mask_id, special_ids, vocab_size, generator):
     return torch.where(stray, words[torch.randint(len(words), tokens.shape, generator=generator)], inputs), labels
 
 
+def _ordinary(special_ids, vocab_size):
+    return torch.tensor([i for i in range(vocab_size) if i not in special_ids])
+
+
+def _draw(n, tokens, g):  # (B, S) draws below n
+    return torch.randint(n, tokens.shape, generator=g)
+
+
+def _from_text(tokens, special_ids, vocab_size, g):  # random words drawn from the batch's own ordinary words
+    words = tokens[~torch.isin(tokens, torch.tensor(special_ids))]
+    return words[torch.randint(len(words), tokens.shape, generator=g)]
+
+
+def _shared_roll(shape):
+    """A corruption whose random numbers have `shape` (one per column, or per row), broadcast over the batch."""
+
+    def fn(tokens, mask_id, special_ids, vocab_size, generator):
+        roll = torch.rand(shape(tokens), generator=generator).expand(tokens.shape)  # (B, S), shared along an axis
+        chosen = ~torch.isin(tokens, torch.tensor(special_ids)) & (roll < 0.15)
+        words = _ordinary(special_ids, vocab_size)
+        picks = words[torch.randint(len(words), tokens.shape, generator=generator)]
+        inputs = torch.where(chosen & (roll < 0.12), mask_id, tokens)
+        inputs = torch.where(chosen & (roll >= 0.12) & (roll < 0.135), picks, inputs)
+        return inputs, torch.where(chosen, tokens, -100)
+
+    return fn
+
+
+def _shared_split(tokens, mask_id, special_ids, vocab_size, generator):
+    """Each position chosen on its own, but one 80/10/10 roll per column, shared by every row."""
+    chosen = ~torch.isin(tokens, torch.tensor(special_ids)) & (torch.rand(tokens.shape, generator=generator) < 0.15)
+    split = torch.rand(tokens.shape[1], generator=generator).expand(tokens.shape)  # (B, S): one per column
+    words = _ordinary(special_ids, vocab_size)
+    picks = words[torch.randint(len(words), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (split < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (split >= 0.8) & (split < 0.9), picks, inputs)
+    return inputs, torch.where(chosen, tokens, -100)
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
+        # the random words: from part of the vocabulary, from the text, below the batch's largest id
+        (
+            _with(pick=lambda t, s, v, g: _ordinary(s, v)[_draw(len(_ordinary(s, v)) // 2, t, g)]),
+            "random-part",
+        ),
+        (_with(pick=lambda t, s, v, g: _ordinary(s, v)[_draw(40, t, g)]), "random-part"),
+        (_with(pick=lambda t, s, v, g: _ordinary(s, v)[-1 - _draw(29, t, g)]), "random-part"),
+        (_with(pick=_from_text), "random-from-text"),
+        (lambda t, m, s, v, g: my_mask_tokens(t, m, s, int(t.max()) + 1, g), "vocab-from-batch"),
+        # one draw shared by every row or every column; a [MASK] id typed in
+        (_shared_roll(lambda t: (t.shape[1],)), "shared-draw"),
+        (_shared_roll(lambda t: (t.shape[0], 1)), "shared-draw"),
+        (_shared_split, "shared-draw"),
+        (lambda t, m, s, v, g: my_mask_tokens(t, 3, s, v, g), "mask-id"),  # the chapter's [MASK], 3
+        (lambda t, m, s, v, g: my_mask_tokens(t, 103, s, v, g), "mask-id"),  # BERT's
         (_with(specials_can=True), "specials-chosen"),
         (_with(shares=(1.0, 0.0)), "all-masked"),
         (_relabelled(lambda t, i, lab: (i, t.clone())), "labels-everywhere"),
