@@ -456,7 +456,12 @@ def _check_shuffled(fn: Callable) -> str:
     if len({probe[-1] for probe in blind} | {trained}) == 1:
         hint = "measure it: shuffle, run the model, compare its guesses with the labels"
         return no("constant", f"Your function gives {trained:g} for every model, image and seed: {hint}.")
-    _judge_blind(blind, fell=band[0] <= plain - trained <= band[1], trained=trained)
+    digits_saw = _covered(digit_images, _seen(digits))
+    for model, images, _, _, _, given, _ in blind:
+        _judge_subset(_covered(images, _seen(model)), len(images), f"{given}, seed=7")
+    _judge_subset(digits_saw, len(digit_labels), f"{on_digits}, seed=16")
+    fell = any(band[0] <= shuffled <= band[1] for shuffled in _if_a_drop(trained, plain))
+    _judge_blind(blind, fell=fell, trained=trained, shuffles_digits=digits_saw is not None and digits_saw[1])
     case = f"{on_digits}, seed=16"
     _scaled(trained, len(digit_labels), lambda share: band[0] <= share <= band[1], case)
     if abs(trained - plain) < 0.5 / len(digit_labels):
@@ -486,9 +491,42 @@ def _check_shuffled(fn: Callable) -> str:
     return CORRECT
 
 
-def _judge_blind(blind: list, *, fell: bool, trained: float) -> None:
+def _covered(original: torch.Tensor, seen: torch.Tensor | None) -> tuple[int, bool, int] | None:
+    """What the model saw of `original` (N, C, H, W), told by each image's pixels as a multiset (moving patches keeps
+    it): (how many of the images it saw, whether one of them had its pixels moved, how many there are to tell
+    apart); None when it saw something else too (images made of other images' patches, other sizes) or nothing."""
+    if seen is None or seen.dim() != 4 or seen.shape[1:] != original.shape[1:]:
+        return None
+    seen = seen.to(original.dtype)
+    keys = {row.sort().values.numpy().tobytes(): i for i, row in enumerate(original.flatten(1))}
+    found, moved = set(), False
+    for row, flat in zip(seen.flatten(1).sort(1).values, seen.flatten(1)):  # (C * H * W,) each
+        index = keys.get(row.numpy().tobytes())
+        if index is None:
+            return None
+        found.add(index)
+        moved = moved or not torch.equal(flat, original[index].flatten())
+    return len(found), moved, len(set(keys.values()))
+
+
+def _judge_subset(saw: tuple[int, bool, int] | None, n: int, case: str) -> None:
+    """Raise "subset" when the model saw only some of the n images it was given."""
+    if saw is not None and saw[0] < saw[2]:
+        hint = f"the model saw {saw[0]} of the {n} images you were given"
+        raise Wrong("subset", f"On {case}: {hint}. Measure the accuracy on all of them, shuffled.")
+
+
+def _if_a_drop(got: float, plain: float) -> tuple[float, ...]:
+    """The accuracies on shuffled digits that `got` would give if it were how far the accuracy fell: by so much, or
+    by that share of `plain`, with either sign."""
+    drop = abs(got)
+    return plain - drop, plain * (1 - drop)
+
+
+def _judge_blind(blind: list, *, fell: bool, trained: float, shuffles_digits: bool) -> None:
     """Raise the verdict for the answers on the position-free probes: what the model saw, then the numbers, which
-    must be the accuracy on the images as they are. `fell`: the digits' answer is how much the accuracy fell."""
+    must be the accuracy on the images as they are. `fell`: the digits' answer is how much the accuracy fell;
+    `shuffles_digits`: the answer shuffled the digits' patches (so skipping the shuffle here was a choice)."""
     probes = []  # (case, answer, right accuracy, tolerance, shuffled right as far as the model saw, guesses, labels)
     for model, images, labels, guesses, patch, given, got in blind:
         case, n = f"{given}, seed=7", len(labels)
@@ -497,6 +535,13 @@ def _judge_blind(blind: list, *, fell: bool, trained: float) -> None:
             raise Wrong(moved.mistake, f"On {case}: {moved}")
         right, near = (guesses == labels).double().mean().item(), 1.5 / n  # one image either way: an argmax tie
         _scaled(got, n, functools.partial(math.isclose, right, abs_tol=near), case)
+        if moved is False and shuffles_digits and math.isclose(got, right, abs_tol=near):
+            hint = "the model without positions saw the images as they are: you returned what theory predicts"
+            raise Wrong(
+                "skipped",
+                f"On {case}: {hint}. Shuffle and measure for every model; the measurement is "
+                "the test of the prediction.",
+            )
         probes.append((case, got, right, near, moved is True, guesses, labels))
     wrong = [probe for probe in probes if not math.isclose(probe[1], probe[2], abs_tol=probe[3])]
     if not wrong:
@@ -507,7 +552,7 @@ def _judge_blind(blind: list, *, fell: bool, trained: float) -> None:
     if all(math.isclose(answer, 1 - share, abs_tol=near) for _, answer, share, near, *_ in probes):
         hint = "that is the error rate, the share it gets wrong: return the share it gets right"
         raise Wrong("error-rate", f"On {case} you returned {got:g}: {hint} ({why}).")
-    if fell and all(math.isclose(answer, 0, abs_tol=near) for _, answer, _, near, *_ in probes):
+    if fell and all(math.isclose(answer, 0, abs_tol=near) for _, answer, _, near, *_ in probes):  # nothing fell here
         hint = "how much the accuracy fell: return the accuracy on the shuffled images"
         raise Wrong("drop", f"On {case} you returned {got:g}, and {trained:.3f} on the digits: {hint}.")
     if all(saw and _by_chance(answer, guesses, labels) for _, answer, _, _, saw, guesses, labels in probes):

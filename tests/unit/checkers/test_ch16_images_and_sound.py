@@ -352,6 +352,14 @@ def _drop(model, images, labels, patch, seed):  # how far the accuracy fell
     return tl.vit.image_accuracy(model, images, labels) - _library_route(model, images, labels, patch, seed)
 
 
+def _skips_when_position_free(model, images, labels, patch, seed):
+    """Predicts instead of measuring: a model whose positions are all zero cannot see a shuffle, so it is not run on
+    shuffled images."""
+    if not model.position.abs().any():
+        return tl.vit.image_accuracy(model, images, labels)
+    return _library_route(model, images, labels, patch, seed)
+
+
 def _in_place_shuffle(model, images, labels, patch, seed):
     images.copy_(tl.vit.shuffle_patches(images, patch, torch.Generator().manual_seed(seed)))
     return tl.vit.image_accuracy(model, images, labels)
@@ -371,6 +379,11 @@ def _in_place_shuffle(model, images, labels, patch, seed):
         (lambda model, images, labels, patch, seed: _library_route(model, images, labels, 2, seed), "fixed-patch"),
         (lambda model, images, labels, patch, seed: _library_route(model, images, labels, 1, seed), "pixels-shuffled"),
         (_drop, "drop"),
+        (lambda *args: -_drop(*args), "drop"),  # the accuracy's change: negative
+        (lambda m, x, y, p, s: _drop(m, x, y, p, s) / tl.vit.image_accuracy(m, x, y), "drop"),  # a share of it
+        (_skips_when_position_free, "skipped"),
+        (lambda m, x, y, p, s: _library_route(m, x[:256], y[:256], p, s), "subset"),
+        (lambda m, x, y, p, s: _library_route(m, x[::2], y[::2], p, s), "subset"),
         (_accuracy(how="same"), "same-order"),
         (_accuracy(seed_of=lambda seed: 0), "seed-ignored"),
         (_accuracy(seed_of=lambda seed: None), "seed-ignored"),  # torch's global random state
