@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -97,6 +98,39 @@ def measure(what: str, *results) -> list[float]:
     except (TypeError, ValueError, RuntimeError):
         got = " and ".join(type(r).__name__ for r in results)
         raise Wrong("not-a-number", f"Return {what} as a number, got {got}.") from None
+
+
+@contextlib.contextmanager
+def counting_calls(module: nn.Module) -> Iterator[list[int]]:
+    """While the block runs, count the forward passes of the module and of every module inside it (called as m(x)
+    or m.forward(x)); a deep copy counts too, and computes with its own weights: yields a one-element list holding
+    the count."""
+    calls, modules = [0], list(module.modules())
+
+    def counting(forward: Callable) -> Callable:
+        def counted(self, *args, **kwargs):
+            calls[0] += 1
+            return forward(self, *args, **kwargs)
+
+        return counted
+
+    for m in modules:  # a bound method on the instance: nn.Module.__call__ finds it first; deepcopy rebinds it
+        m.forward = types.MethodType(counting(type(m).forward), m)
+    try:
+        yield calls
+    finally:
+        for m in modules:
+            del m.forward
+
+
+def not_skipped(case: str | None, what: str) -> None:
+    """Raise "skipped" when the learner's experiment, right in every number, never ran `what` on `case` (None: it
+    ran everywhere): it returned the answer theory predicts instead of measuring it."""
+    if case is not None:
+        hint = f"your function never ran {what}: it returned the number theory predicts instead of measuring it"
+        raise Wrong(
+            "skipped", f"On {case}: {hint}. Run the experiment in every setting; the measurement tests the prediction."
+        )
 
 
 def reproducible(fn: Callable, first: float, again: tuple, other: tuple, *, case: str, what: str, draw: str) -> None:

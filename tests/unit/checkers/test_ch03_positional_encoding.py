@@ -178,3 +178,10 @@ def test_permutation_gap_accepts_other_routes():
             return float((back.double() - run(tokens).double()).abs().max())
 
     assert ex.check_permutation_gap(inverse_route) == ex.CORRECT
+
+
+def test_a_gap_predicted_instead_of_measured_is_named():
+    def predicts(layer, tokens, perm, use_pe):  # without positions the theory says 0: the layer is never run
+        return solution_permutation_gap(layer, tokens, perm, use_pe) if use_pe else 0.0
+
+    rejected_as(ex.check_permutation_gap(predicts), "skipped")

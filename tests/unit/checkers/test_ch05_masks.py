@@ -179,3 +179,10 @@ def test_padding_ablation_names_the_mistake(wrong, mistake):
 def test_padding_ablation_accepts_other_routes():
     assert ex.check_padding_ablation(solution_padding_ablation) == ex.CORRECT
     assert ex.check_padding_ablation(lambda layer, t, n, u: _ablation(layer, t, n, u)) == ex.CORRECT
+
+
+def test_a_change_predicted_instead_of_measured_is_named():
+    def predicts(layer, tokens, num_pad, use_mask):  # with the mask the theory says 0: the layer is never run
+        return 0.0 if use_mask else solution_padding_ablation(layer, tokens, num_pad, use_mask)
+
+    rejected_as(ex.check_padding_ablation(predicts), "skipped")
