@@ -25,10 +25,16 @@ _FUSED_OPS = aten_ops(
 # (batch shape, T_q, T_k, d_k, d_v): d_k odd and even, d_v != d_k, T_q != T_k, with and without batch axes;
 # T_k != d_v always, so the weights (..., T_q, T_k) never have the output's shape
 _ATTENTION_CASES = ((2, 3), 5, 9, 16, 16), ((), 4, 6, 7, 3), ((3,), 6, 5, 64, 10), ((2, 1), 3, 8, 25, 25)
+# and one with large scores (q 40 times larger: scores up to about 180), where exp overflows float32 above about 88
+_LARGE_SCORES, _Q_SCALE = ((2,), 5, 7, 12, 6), 40.0
 
 
 def _attend(q, k, v, divisor: float, axis: int = -1) -> torch.Tensor:
     return (q @ k.transpose(-2, -1) / divisor).softmax(axis) @ v
+
+
+def _attend_scores(q, k) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
 
 
 def _attention_mistakes(q, k, v):
@@ -51,10 +57,11 @@ def check_attention(fn) -> str:
     g = _seeded(7)
     guarded = refusing(fn, F.scaled_dot_product_attention, ops=_FUSED_OPS)
     forbidden = (scaled_dot_product_attention, fused_attention)
-    for batch, t_q, t_k, d_k, d_v in _ATTENTION_CASES:
-        q, k = torch.randn(*batch, t_q, d_k, generator=g), torch.randn(*batch, t_k, d_k, generator=g) * 1.5
+    for (batch, t_q, t_k, d_k, d_v), scale in [(c, 1.0) for c in _ATTENTION_CASES] + [(_LARGE_SCORES, _Q_SCALE)]:
+        q, k = torch.randn(*batch, t_q, d_k, generator=g) * scale, torch.randn(*batch, t_k, d_k, generator=g) * 1.5
         v = torch.randn(*batch, t_k, d_v, generator=g)
-        case = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} (d_k={d_k})"
+        large = f", large scores (up to {_attend_scores(q, k).abs().max():.0f})" if scale > 1 else ""
+        case = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} (d_k={d_k}{large})"
         want = _attend(q, k, v, math.sqrt(d_k))
         result = run(guarded, q.clone(), k.clone(), v.clone(), case=case, forbidden=forbidden, names=_LIBRARY)
         if isinstance(result, torch.Tensor) and result.shape == (*batch, t_q, t_k):
@@ -62,6 +69,11 @@ def check_attention(fn) -> str:
         expect_tensor(result, want, case)
         if _close(result, want, atol=1e-4):
             continue
+        if scale > 1 and not result.isfinite().all():
+            hint = "exp of a score above about 88 is inf in float32 (and of one below about -103 is 0), so exp over "
+            hint += "its sum gives inf / inf = NaN: take each row's max off the scores first, which leaves the "
+            hint += "softmax as it is, or call scores.softmax(-1)"
+            return no("overflow", f"On {case} your output holds inf or NaN: {hint}.")
         for wrong, mistake, hint in _attention_mistakes(q, k, v):
             if _close(result, wrong, atol=1e-4):
                 return no(mistake, f"On {case}: {hint}")

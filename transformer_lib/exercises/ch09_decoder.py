@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..masks import causal_mask
-from ._common import CORRECT, Wrong, _seeded, checker, counting_calls, measure, no, not_skipped, run
+from ._common import CORRECT, Verdict, Wrong, _seeded, checker, counting_calls, measure, no, not_skipped, run
 from ._match import _shape
 
 __all__ = ["check_sample", "check_windows", "check_kv_cache_bytes", "check_future_leak"]
@@ -45,53 +45,78 @@ def check_sample(fn) -> str:
             return no("not-greedy", f"On {case}: with temperature 0, return the argmax of each row (no sampling).")
     # thousands of copies of a few rows: each row's draws must follow softmax(logits / T) over its top_k
     settings = ((2, 2, 6, 1.0, 2), (1, 3, 8, 0.7, 3), (3, 2, 11, 1.8, None), (4, 2, 7, 0.5, None), (5, 2, 10, 1.3, 5))
-    repeat = 3000
-    always_argmax = "you always picked the argmax: sample from the softmax when temperature > 0."
     for seed, R, V, t, k in settings:
-        logits = _rows(seed, R, V, repeat)
-        case = f"{R * repeat} rows of {V} logits at temperature {t} with top_k={k}"
-        got = run(fn, logits.clone(), t, k, _seeded(seed), case=case)
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (R * repeat, 1):
-            return no("shape", f"On {case} expected shape ({R * repeat}, 1), got {_shape(got)}.")
-        picks = got.flatten().long()
-        if picks.min() < 0 or picks.max() >= V:
-            return no("not-ids", f"On {case} you returned ids outside 0..{V - 1}: return token ids, not probabilities.")
-        rows = logits[::repeat]
-        counts = [torch.bincount(picks[r * repeat : (r + 1) * repeat], minlength=V)[:V] for r in range(R)]
-        freq, want = torch.stack(counts).double() / repeat, _probs(rows, t, k)  # (R, V): each token's share, its odds
-        widest = int((freq > 0).sum(-1).max())  # the most tokens picked in one row
-        outside = k is not None and bool((freq[want == 0] > 0).any())
-        if (freq - want).abs().max() <= 0.04 and not outside:
-            with contextlib.suppress(Wrong):  # a second look: a failure here is not this check's to name
-                again = run(fn, logits.clone(), t, k, _seeded(seed), case=case)
-                if isinstance(again, torch.Tensor) and not torch.equal(again, got):
-                    return no("seed-ignored", "Same rng seed, other draws: pass generator=rng to torch.multinomial.")
-            continue
-        if outside:
-            if widest > k and (freq - _probs(rows, t, None)).abs().max() <= 0.04:
-                return no("top-k-ignored", f"top_k={k} is ignored on {case}: pick only among the {k} likeliest tokens.")
-            return no("outside-top-k", f"On {case} you picked tokens outside the top {k}: keep the top_k best logits.")
-        if k is not None and widest == k - 1:
-            if k == 2:  # one token picked: top_k - 1, or the argmax whatever the settings? Try without top_k
-                probe = _rows(4, 2, 7, 500)
-                with contextlib.suppress(Wrong):
-                    again = run(fn, probe.clone(), 1.0, None, _seeded(4), case=case)
-                    if isinstance(again, torch.Tensor) and torch.equal(again.flatten(), probe.argmax(-1)):
-                        return no("always-argmax", f"On {case} {always_argmax}")
-            return no("top-k-minus-one", f"On {case} only top_k - 1 = {k - 1} tokens get picked: keep the k-th best.")
-        if (freq.argmax(-1) == rows.argmax(-1)).all() and (freq.max(-1).values > 0.99).all():
-            return no("always-argmax", f"On {case} {always_argmax}")
-        for mistake, probs, hint in (  # (id, the probabilities that mistake draws from, hint)
-            ("temperature-ignored", _probs(rows, 1.0, k), "the temperature is ignored: divide the logits by it."),
-            ("temperature-multiplied", _probs(rows, 1 / t, k), "divide the logits by the temperature; you multiplied."),
-            ("top-k-ignored", _probs(rows, t, None), f"top_k={k} is ignored: keep only the top_k best logits."),
-            ("uniform", torch.full_like(want, 1 / V), "all tokens equally likely: sample from softmax(logits / T)."),
-        ):
-            if not torch.allclose(probs, want, atol=0.06) and (freq - probs).abs().max() <= 0.04:
-                return no(mistake, f"On {case}: {hint}")
-        gap = (freq - want).abs().max().item()
-        return no("other", f"On {case} the draws stray from softmax(logits / T) over the top_k: by up to {gap:.2f}.")
+        verdict = _judge_draws(fn, _rows(seed, R, V, _REPEAT), seed, t, k, f"{R * _REPEAT} rows of {V} logits")
+        if verdict is not None:
+            return verdict
+    # settings 2 and 4 again, every logit + 800: the same softmax, but exp(logits / T) overflows (float64 too)
+    for seed, R, V, t, k in (settings[1], settings[3]):
+        case = f"{R * _REPEAT} rows of {V} logits around {_SHIFT:g}"
+        try:
+            verdict = _judge_draws(fn, _rows(seed, R, V, _REPEAT) + _SHIFT, seed, t, k, case)
+        except Wrong as wrong:
+            verdict = wrong.verdict
+        if verdict is not None:
+            hint = f"the same logits {_SHIFT:g} lower passed, so exp overflowed: exp(x) is inf above about 88 in "
+            hint += "float32 (709 in float64) and inf / inf is NaN. Take each row's max off the logits before exp, "
+            hint += "which leaves the softmax as it is, or call .softmax(-1)"
+            raised = f" ({verdict})" if verdict.mistake == "raised" else ""  # the error, when there was one
+            return no("overflow", f"On {case} at temperature {t} with top_k={k}: {hint}.{raised}")
     return CORRECT
+
+
+_REPEAT = 3000  # copies of each row in check_sample
+_SHIFT = 800.0  # added to every logit of check_sample's last settings
+
+
+def _judge_draws(fn, logits: torch.Tensor, seed: int, t: float, k: int | None, rows: str) -> Verdict | None:
+    """None when fn's draws from `logits` (R * _REPEAT, V), each row repeated, follow softmax(logits / t) over the
+    top k; else the verdict naming the mistake."""
+    R, V, repeat = len(logits) // _REPEAT, logits.shape[1], _REPEAT
+    always_argmax = "you always picked the argmax: sample from the softmax when temperature > 0."
+    case = f"{rows} at temperature {t} with top_k={k}"
+    got = run(fn, logits.clone(), t, k, _seeded(seed), case=case)
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != (R * repeat, 1):
+        return no("shape", f"On {case} expected shape ({R * repeat}, 1), got {_shape(got)}.")
+    picks = got.flatten().long()
+    if picks.min() < 0 or picks.max() >= V:
+        return no("not-ids", f"On {case} you returned ids outside 0..{V - 1}: return token ids, not probabilities.")
+    rows = logits[::repeat]
+    counts = [torch.bincount(picks[r * repeat : (r + 1) * repeat], minlength=V)[:V] for r in range(R)]
+    freq, want = torch.stack(counts).double() / repeat, _probs(rows, t, k)  # (R, V): each token's share, its odds
+    widest = int((freq > 0).sum(-1).max())  # the most tokens picked in one row
+    outside = k is not None and bool((freq[want == 0] > 0).any())
+    if (freq - want).abs().max() <= 0.04 and not outside:
+        with contextlib.suppress(Wrong):  # a second look: a failure here is not this check's to name
+            again = run(fn, logits.clone(), t, k, _seeded(seed), case=case)
+            if isinstance(again, torch.Tensor) and not torch.equal(again, got):
+                return no("seed-ignored", "Same rng seed, other draws: pass generator=rng to torch.multinomial.")
+        return None
+    if outside:
+        if widest > k and (freq - _probs(rows, t, None)).abs().max() <= 0.04:
+            return no("top-k-ignored", f"top_k={k} is ignored on {case}: pick only among the {k} likeliest tokens.")
+        return no("outside-top-k", f"On {case} you picked tokens outside the top {k}: keep the top_k best logits.")
+    if k is not None and widest == k - 1:
+        if k == 2:  # one token picked: top_k - 1, or the argmax whatever the settings? Try without top_k
+            probe = _rows(4, 2, 7, 500)
+            with contextlib.suppress(Wrong):
+                again = run(fn, probe.clone(), 1.0, None, _seeded(4), case=case)
+                if isinstance(again, torch.Tensor) and torch.equal(again.flatten(), probe.argmax(-1)):
+                    return no("always-argmax", f"On {case} {always_argmax}")
+        return no("top-k-minus-one", f"On {case} only top_k - 1 = {k - 1} tokens get picked: keep the k-th best.")
+    if (freq.argmax(-1) == rows.argmax(-1)).all() and (freq.max(-1).values > 0.99).all():
+        return no("always-argmax", f"On {case} {always_argmax}")
+    for mistake, probs, hint in (  # (id, the probabilities that mistake draws from, hint)
+        ("temperature-ignored", _probs(rows, 1.0, k), "the temperature is ignored: divide the logits by it."),
+        ("temperature-multiplied", _probs(rows, 1 / t, k), "divide the logits by the temperature; you multiplied."),
+        ("top-k-ignored", _probs(rows, t, None), f"top_k={k} is ignored: keep only the top_k best logits."),
+        ("uniform", torch.full_like(want, 1 / V), "all tokens equally likely: sample from softmax(logits / T)."),
+    ):
+        if not torch.allclose(probs, want, atol=0.06) and (freq - probs).abs().max() <= 0.04:
+            return no(mistake, f"On {case}: {hint}")
+    gap = (freq - want).abs().max().item()
+    return no("other", f"On {case} the draws stray from softmax(logits / T) over the top_k: by up to {gap:.2f}.")
+    return None
 
 
 @checker

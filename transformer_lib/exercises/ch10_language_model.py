@@ -115,14 +115,24 @@ def check_nucleus_set(fn: Callable[[torch.Tensor, float], torch.Tensor]) -> str:
     return no("too-many", f"Too many tokens on {case}: expected {want.tolist()}, got {got.tolist()}.")
 
 
+_LARGE = 800.0  # the last case's logits sit around it: exp(logits / T) overflows float32 and float64 alike
+
+
 def _loss_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
-    """(name, logits, targets, temperature): sizes, vocabularies and temperatures all vary."""
+    """(name, logits, targets, temperature): sizes, vocabularies and temperatures all vary; the last logits are
+    large, shifted by _LARGE (the softmax is the same)."""
     g = torch.Generator().manual_seed(0)
     cases = []
-    for N, V, scale, ts in ((2000, 12, 2.0, (0.5, 1.0, 2.0)), (700, 31, 1.0, (0.8, 1.3)), (97, 5, 3.0, (0.6, 1.7))):
-        logits = torch.randn(N, V, generator=g) * scale  # (N, V)
+    for N, V, scale, shift, ts in (
+        (2000, 12, 2.0, 0.0, (0.5, 1.0, 2.0)),
+        (700, 31, 1.0, 0.0, (0.8, 1.3)),
+        (97, 5, 3.0, 0.0, (0.6, 1.7)),
+        (300, 9, 2.0, _LARGE, (0.7,)),
+    ):
+        logits = torch.randn(N, V, generator=g) * scale + shift  # (N, V)
         targets = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]  # (N,): drawn from the model itself
-        cases += [(f"logits of shape ({N}, {V}) at temperature {t}", logits, targets, t) for t in ts]
+        around = f" around {shift:g}" if shift else ""
+        cases += [(f"logits{around} of shape ({N}, {V}) at temperature {t}", logits, targets, t) for t in ts]
     return cases
 
 
@@ -161,6 +171,11 @@ def check_temperature_loss(fn: Callable[[torch.Tensor, torch.Tensor, float], flo
         want = _bits(logits, targets, t)
         if near(value, want, rel=1e-4):
             continue
+        if not math.isfinite(value) and logits.mean() > _LARGE / 2:  # the large case: exp overflowed
+            hint = "exp(x) is inf above about 88 in float32 (709 in float64), so exp over its sum gives NaN and the "
+            hint += "log of a probability that rounded to 0 gives inf: take each row's max off the logits first, or "
+            hint += "use log_softmax or F.cross_entropy, which do"
+            return no("overflow", f"On {case} you returned {value}, expected {want:.4f}: {hint}.")
         for wrong, mistake, hint in _loss_mistakes(logits, targets, t, want):
             if not near(wrong, want, rel=1e-4) and near(value, wrong, rel=1e-4):
                 return no(mistake, f"On {case}: {hint}")

@@ -97,15 +97,22 @@ def check_top_k_gates(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """fn(router logits (N, E), k) -> gates (N, E): the k likeliest experts' probabilities renormalised, others 0."""
     g = _seeded(15)
     forbidden = (moe.MoEFeedForward.route,)  # the library's router refuses
-    for n, e, k in ((6, 4, 2), (5, 8, 3), (7, 3, 1), (4, 5, 5)):
-        logits = torch.randn(n, e, generator=g) * 2
-        case = f"logits of shape ({n}, {e}) with k={k}"
+    # the last logits sit around 800: the same softmax, but exp overflows (above about 88 in float32, 709 in float64)
+    for n, e, k, shift in ((6, 4, 2, 0.0), (5, 8, 3, 0.0), (7, 3, 1, 0.0), (4, 5, 5, 0.0), (6, 7, 3, 800.0)):
+        logits = torch.randn(n, e, generator=g) * 2 + shift  # (N, E)
+        case = f"logits{f' around {shift:g}' if shift else ''} of shape ({n}, {e}) with k={k}"
         probs = logits.double().softmax(-1)  # (N, E)
         want = _gates(probs, k)
         got = run(fn, logits.clone(), k, case=case, forbidden=forbidden, names="the library's router")
         expect_tensor(got, want, case, kind="float")
         if same(got, want, atol=1e-5):
             continue
+        if shift:  # right on every case before, and a softmax does not see the shift: exp overflowed
+            what = "hold inf or NaN" if not got.isfinite().all() else "are wrong"
+            hint = "on logits near 0 they were right, and moving every logit by one amount leaves a softmax as it "
+            hint += "is, but exp of these is inf (above about 88 in float32, 709 in float64), and inf / inf is NaN: "
+            hint += "take each row's max off the logits before exp, or call logits.softmax(-1)"
+            return no("overflow", f"On {case} your gates {what}: {hint}.")
         mistakes = [
             (_gates(probs, k, renormalise=False), "not-renormalised"),
             (_gates(logits.double().softmax(0), k), "softmax-axis"),  # over the tokens, then the same steps

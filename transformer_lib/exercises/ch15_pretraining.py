@@ -239,6 +239,9 @@ _LOSS_HINTS = {
     "softmax-first": "You applied softmax before F.cross_entropy, which does log-softmax itself: pass it raw logits.",
     "sign": "The sign is flipped: the loss is -mean(log p(label)), a positive number.",
 }
+_NO_GRADIENT = "your loss is a new tensor, cut from the logits (torch.tensor(loss.item()), or "
+_NO_GRADIENT += ".detach().requires_grad_()): return the loss computed from them, without .item() or .detach(), so "
+_NO_GRADIENT += "that loss.backward() reaches the model"
 
 
 def _loss_case(g, B, S, V, scale, shift, counts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,21 +278,54 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
 
 
+def _loss_gradient(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The right loss's gradient with respect to the logits, (B, S, V), in float64; some label must be chosen."""
+    chosen = labels != IGNORE  # (B, S)
+    x = logits.detach().double().requires_grad_()
+    with torch.enable_grad():
+        return torch.autograd.grad(F.cross_entropy(x[chosen], labels[chosen]), x)[0]  # (n, V) against (n,)
+
+
+def _judge_gradient(got, leaf: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, case: str) -> None:
+    """Raise the verdict unless loss.backward() on the answer leaves the right loss's gradient on `leaf`, the
+    logits the answer was given (through a copy)."""
+    if not isinstance(got, torch.Tensor) or not got.requires_grad:
+        what = "a tensor cut from the logits" if isinstance(got, torch.Tensor) else f"a {type(got).__name__}"
+        hint = "training calls loss.backward() on the loss: return the tensor computed from the logits, without "
+        hint += ".item(), .detach() or torch.no_grad()"
+        raise Wrong("detached", f"On {case} you returned {what}, the right number: {hint}.")
+    try:
+        with torch.enable_grad():
+            got.reshape(()).backward()  # () from one element, as training would call it
+    except Exception as error:  # the learner's graph, e.g. a tensor changed in place after it was used
+        raise Wrong("raised", f"loss.backward() raised {type(error).__name__} on {case}: {error}") from None
+    if leaf.grad is None or not leaf.grad.any():
+        raise Wrong("no-gradient", f"On {case} no gradient reaches the logits: {_NO_GRADIENT}.")
+    want = _loss_gradient(logits, labels)  # (B, S, V)
+    if not torch.allclose(leaf.grad.double(), want, rtol=1e-4, atol=1e-6):
+        worst = (leaf.grad.double() - want).abs().amax().item()
+        hint = "return the loss computed from the logits you are given, so that its gradient is the loss's"
+        raise Wrong("wrong-gradient", f"On {case} the gradient on the logits is off by up to {worst:.3g}: {hint}.")
+
+
 @checker
 def check_mlm_loss(fn: Callable) -> str:
     """fn(logits (B, S, V), labels (B, S)) -> the mean cross-entropy over labels != -100 (0 if none): a 0-dim tensor
-    or a float."""
+    whose gradient reaches the logits (with no label chosen, 0.0 as a float or a tensor)."""
     g = _seeded(16)
     for B, S, V, scale, shift, counts in _LOSS_CASES:
         logits, labels = _loss_case(g, B, S, V, scale, shift, counts)
         far = f" around {shift:g}" if shift else ""
         case = f"logits{far} of shape {(B, S, V)} and labels with {list(counts)} chosen positions per row"
         forbidden, names = (bert.mlm_loss,), "tl.bert.mlm_loss"
-        got = run(fn, logits.clone(), labels.clone(), case=case, forbidden=forbidden, names=names)
+        leaf = logits.clone().requires_grad_()  # (B, S, V): where loss.backward() leaves the gradient
+        with torch.enable_grad():  # a check run under torch.no_grad() still lets the answer build its graph
+            given = leaf.clone()  # not a leaf: an answer that changes it in place is named so
+            got = run(fn, given, labels.clone(), case=case, forbidden=forbidden, names=names)
         if isinstance(got, torch.Tensor) and got.numel() != 1:
             what = "one loss per position" if got.numel() in (labels.numel(), sum(counts)) else "a tensor"
             return no("not-a-scalar", f"On {case} you returned {what} of shape {tuple(got.shape)}: return their mean.")
-        value = measure("the loss", got)[0]
+        value = measure("the loss", got.detach() if isinstance(got, torch.Tensor) else got)[0]
         losses = _losses(logits, labels)
         if not math.isfinite(value):
             if not sum(counts):
@@ -299,6 +335,8 @@ def check_mlm_loss(fn: Callable) -> str:
                 return no("overflow", f"On {case} you returned {value}: {hint}.")
             return no("not-finite", f"On {case} you returned {value}: expected {losses['right']:.4f}.")
         if _close(value, losses["right"]):
+            if sum(counts):  # a batch with no chosen position has no gradient to check: 0.0 is fine there
+                _judge_gradient(got, leaf, logits, labels, case)
             continue
         for mistake, hint in _LOSS_HINTS.items():
             if not _close(losses[mistake], losses["right"]) and _close(value, losses[mistake]):

@@ -119,6 +119,9 @@ def _judge_ids(ids: list[int], tok: ChatTokenizer, prompt: str, answer: str, wan
     if ids == tok.encode("<|user|>" + prompt + "<|assistant|>" + answer + "<|end|>"):
         hint = "you encoded the template's tokens as text, character by character: each is one id of its own"
         raise Wrong("specials-as-text", f"On {case}: {hint}, {_READ}.")
+    if ids == [tok.user_id, *tok.encode(answer), tok.assistant_id, *tok.encode(prompt), tok.end_id]:
+        hint = "the prompt and the answer are swapped: the prompt goes after <|user|>, the answer after <|assistant|>"
+        raise Wrong("swapped", f"On {case}: {hint} ({render}).")
     text = [i for i in ids if i not in specials]
     if text == tok.encode(prompt) + tok.encode(answer):
         hint = "the prompt's and the answer's ids are right, but the template's tokens are missing or misplaced"
@@ -184,9 +187,10 @@ def check_answer_mask(fn: Callable) -> str:
 # ---- DPO's loss -------------------------------------------------------------------------------------
 
 # (pairs, beta, how far apart the log-probabilities spread, how far the policy is from the reference): betas from
-# 0.03 to 2, one pair to a dozen; the last case's margins are hundreds of nats, so log(sigmoid(x)) underflows
+# 0.03 to 2, one pair to a dozen; the last case's margins are hundreds of nats, so log(sigmoid(x)) underflows: in
+# float32 below about -100, in float64 below about -745 (the -900)
 _DPO_CASES = ((8, 0.1, 30.0, 2.0), (5, 0.5, 12.0, 1.0), (13, 0.03, 60.0, 5.0), (3, 2.0, 8.0, 3.0), (1, 0.2, 20.0, 4.0))
-_DPO_EXTREME = (1.0, (-250.0, 180.0, -140.0, 300.0, -120.0, 5.0))  # beta, the difference of margins of each pair
+_DPO_EXTREME = (1.0, (-250.0, 180.0, -140.0, 300.0, -900.0, -120.0, 5.0))  # beta, each pair's difference of margins
 _DPO_HINTS = {
     "swapped": "your loss rewards the rejected answer: log-sigmoid's argument is beta * (chosen margin - rejected "
     "margin), each margin the policy's log-probability minus the reference's. Chosen and rejected swapped, margins "
@@ -203,6 +207,9 @@ _DPO_HINTS = {
     "log-of-mean": "that is the log of the mean sigmoid: take the log-sigmoid of each pair, then the mean.",
     "mean-inside": "you averaged the margins first: take the log-sigmoid of each pair, then the mean.",
 }
+_NO_GRADIENT = "your loss is a new tensor, cut from the policy's log-probabilities (torch.tensor(loss.item()), or "
+_NO_GRADIENT += ".detach().requires_grad_()): return the loss computed from them, without .item() or .detach(), so "
+_NO_GRADIENT += "that loss.backward() reaches the policy"
 
 
 def _dpo_case(g: torch.Generator, B: int, spread: float, gap: float) -> tuple[torch.Tensor, ...]:
@@ -212,10 +219,20 @@ def _dpo_case(g: torch.Generator, B: int, spread: float, gap: float) -> tuple[to
 
 
 def _dpo_extreme(g: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Pairs whose margins differ by hundreds of nats: the reference sure of the rejected answer, the policy not."""
+    """Pairs whose margins differ by hundreds of nats: the reference far less sure of one answer than the policy.
+    Every log-probability is below 0: a positive difference lowers the reference's chosen one, a negative one the
+    reference's rejected one."""
     diff = torch.tensor(_DPO_EXTREME[1])  # (B,): chosen margin - rejected margin
     chosen, rejected = (-1 - torch.rand(len(diff), generator=g) * 20 for _ in range(2))
-    return chosen, rejected, chosen - diff / 2, rejected + diff / 2
+    return chosen, rejected, chosen - diff.clamp(min=0), rejected - (-diff).clamp(min=0)
+
+
+def _dpo_gradient(pc, pr, rc, rr, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The right loss's gradients with respect to policy_chosen and policy_rejected, (B,) each, in float64."""
+    policy = [t.detach().double().requires_grad_() for t in (pc, pr)]
+    with torch.enable_grad():
+        loss = -F.logsigmoid(beta * ((policy[0] - rc.double()) - (policy[1] - rr.double()))).mean()
+        return torch.autograd.grad(loss, policy)
 
 
 def _dpo_losses(pc, pr, rc, rr, beta: float) -> tuple[float, list[tuple[str, float]]]:
@@ -251,11 +268,14 @@ def _underflowed(value: float, pc, pr, rc, rr, beta: float) -> bool:
     return any(_near(value, -(torch.sigmoid(x) + 10.0**-k).log().mean().item()) for k in range(4, 46))
 
 
-def _dpo_answer(fn: Callable, pc, pr, rc, rr, beta: float, case: str) -> tuple[float, bool]:
-    """fn's loss on this case as a number, and whether it carries the policy's gradient."""
-    policy = (pc.clone().requires_grad_(), pr.clone().requires_grad_())  # the reference's are frozen
+def _dpo_answer(fn: Callable, pc, pr, rc, rr, beta: float, case: str) -> tuple[float, bool, tuple | None]:
+    """fn's loss on this case as a number, whether it carries a graph (requires_grad) and, when it does, the
+    gradients loss.backward() leaves on policy_chosen and policy_rejected (None where none reaches one)."""
+    leaves = (pc.clone().requires_grad_(), pr.clone().requires_grad_())  # the reference's are frozen
     forbidden, names = (alignment.dpo_loss,), "tl.alignment.dpo_loss"
-    got = run(fn, *policy, rc.clone(), rr.clone(), beta, case=case, forbidden=forbidden, names=names)
+    with torch.enable_grad():  # a check run under torch.no_grad() still lets the answer build its graph
+        policy = tuple(t.clone() for t in leaves)  # not leaves: an answer that changes them in place is named so
+        got = run(fn, *policy, rc.clone(), rr.clone(), beta, case=case, forbidden=forbidden, names=names)
     if isinstance(got, (tuple, list)):
         hint = "return the loss alone, one number (the library's dpo_loss also returns the rewards)"
         raise Wrong("not-a-scalar", f"On {case} you returned a {type(got).__name__}: {hint}.")
@@ -263,14 +283,46 @@ def _dpo_answer(fn: Callable, pc, pr, rc, rr, beta: float, case: str) -> tuple[f
         what = "one loss per pair" if got.numel() == len(pc) else "a tensor"
         raise Wrong("not-a-scalar", f"On {case} you returned {what} of shape {tuple(got.shape)}: take the mean.")
     graph = isinstance(got, torch.Tensor) and got.requires_grad
-    return measure("the loss", got.detach() if isinstance(got, torch.Tensor) else got)[0], graph
+    value = measure("the loss", got.detach() if isinstance(got, torch.Tensor) else got)[0]
+    if not graph:
+        return value, False, None
+    try:
+        with torch.enable_grad():
+            got.reshape(()).backward()  # () from one element: the loss as training would call backward on it
+    except Exception as error:  # the learner's graph, e.g. a tensor changed in place after it was used
+        raise Wrong("raised", f"loss.backward() raised {type(error).__name__} on {case}: {error}") from None
+    return value, True, tuple(t.grad for t in leaves)
+
+
+def _judge_dpo_gradient(grads: tuple, want: tuple, case: str, extreme: bool) -> None:
+    """Raise the verdict when the gradients that reached policy_chosen and policy_rejected are not the loss's."""
+    names = ("policy_chosen", "policy_rejected")
+    missing = [name for name, grad in zip(names, grads) if grad is None or not grad.any()]
+    if len(missing) == 2:
+        raise Wrong("no-gradient", f"On {case} no gradient reaches the policy's log-probabilities: {_NO_GRADIENT}.")
+    if missing:
+        hint = f"it was cut from the loss (.detach(), .item() or torch.no_grad() on the way): keep {missing[0]} in "
+        hint += "the graph, so that training moves both answers' log-probabilities"
+        raise Wrong("no-gradient", f"On {case} no gradient reaches {missing[0]}: {hint}.")
+    for name, grad, right in zip(names, grads, want):
+        if same(grad, right, atol=1e-6, rtol=1e-4):
+            continue
+        expected, yours = ([round(x, 6) for x in t.tolist()] for t in (right, grad.double()))
+        on = f"On {case} the gradient on {name} is {yours}, expected {expected}"
+        if extreme and not grad.isfinite().all():
+            hint = "a log of a sigmoid that rounds to 0 sends inf or NaN back, even on a branch torch.where "
+            hint += "leaves out: use F.logsigmoid(x) (or -F.softplus(-x)), whose gradient is finite everywhere"
+            raise Wrong("unstable-log-sigmoid", f"{on}: {hint}.")
+        hint = "compute the loss from the log-probabilities you are given, with nothing detached or added on the way"
+        raise Wrong("wrong-gradient", f"{on}: right numbers, but not the loss's gradient: {hint}.")
 
 
 @checker
 def check_dpo_loss(fn: Callable) -> str:
     """fn(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta) -> DPO's loss, the mean over
     pairs of -log sigmoid(beta * ((policy_chosen - reference_chosen) - (policy_rejected - reference_rejected))):
-    a 0-dim tensor the policy's log-probabilities' gradients flow through. Each argument but beta is (B,)."""
+    a 0-dim tensor the policy's log-probabilities' gradients flow through (backward is called on it and its
+    gradients compared with the loss's), stable for margins of hundreds of nats. Each argument but beta is (B,)."""
     g = _seeded(17)
     cases = [(_dpo_case(g, B, spread, gap), beta, False) for B, beta, spread, gap in _DPO_CASES]
     cases.append((_dpo_extreme(g), _DPO_EXTREME[0], True))
@@ -279,15 +331,16 @@ def check_dpo_loss(fn: Callable) -> str:
         large = ", margins hundreds of nats apart" if extreme else ""
         case = f"{len(pc)} pair{'s' * (len(pc) > 1)} with beta={beta}{large}"
         answers.append((case, *_dpo_answer(fn, pc, pr, rc, rr, beta, case)))
-    if len({value for _, value, _ in answers}) == 1:
+    if len({value for _, value, _, _ in answers}) == 1:
         hint = "compute it from the log-probabilities and the beta you are given"
         return no("constant", f"Your function returns {answers[0][1]:g} for every input: {hint}.")
-    for ((pc, pr, rc, rr), beta, extreme), (case, value, _) in zip(cases, answers):
+    for ((pc, pr, rc, rr), beta, extreme), (case, value, _, _) in zip(cases, answers):
         right, mistakes = _dpo_losses(pc, pr, rc, rr, beta)
         if _near(value, right):
             continue
         if extreme and _underflowed(value, pc, pr, rc, rr, beta):  # right on every case before: the numerics
-            hint = "in float32 sigmoid(x) is 0 for x below about -100, and its log is -inf"
+            hint = "sigmoid(x) rounds to 0 for x below about -100 in float32 (about -745 in float64: no dtype is "
+            hint += "wide enough for every margin), and its log is -inf"
             if math.isfinite(value):
                 hint += " (a small number added inside the log keeps it finite, but wrong)"
             hint += ": use F.logsigmoid(x) (or -F.softplus(-x)), which computes it without the sigmoid"
@@ -298,10 +351,12 @@ def check_dpo_loss(fn: Callable) -> str:
                 return no(mistake, on + _DPO_HINTS[mistake])
         hint = "-F.logsigmoid(beta * ((policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)))"
         return no("other", f"{on}the loss is the mean over pairs of {hint}.")
-    if not all(graph for *_, graph in answers):
+    if not all(graph for _, _, graph, _ in answers):
         hint = "Right numbers, but the loss is cut from the policy's log-probabilities (a float, .item(), .detach() "
         hint += "or torch.no_grad()): return the tensor itself, so that loss.backward() reaches the policy."
         return no("detached", hint)
+    for ((pc, pr, rc, rr), beta, extreme), (case, _, _, grads) in zip(cases, answers):
+        _judge_dpo_gradient(grads, _dpo_gradient(pc, pr, rc, rr, beta), case, extreme)
     return CORRECT
 
 
@@ -561,6 +616,14 @@ def _check_drift(fn: Callable) -> str:
     if len(set(gots)) == 1:
         hint = "measure it: sample the policy's answers, then compare the two models' log-probabilities of them"
         return no("constant", f"Your function gives {gots[0]:g} for every pair of models, prompts and seed: {hint}.")
+    pairs = [(i, j) for i in range(len(gots)) for j in range(i + 1, len(gots))]
+    typed = [(i, j) for i, j in pairs if gots[i] == gots[j] and not _close(wants[i], wants[j])]
+    if typed:  # two cases of other models, prompts and seeds whose drifts differ, one number for both
+        i, j = typed[0]
+        hint = "a number typed in does not follow the models: measure it, sampling the policy's answers, then "
+        hint += "comparing the two models' log-probabilities of them"
+        on = f"{measured[i][1]} (expected {wants[i]:.4f}) and on {measured[j][1]} (expected {wants[j]:.4f})"
+        return no("constant", f"Your function gives {gots[i]:g} both on {on}: {hint}.")
     wrong = [k for k, (got, want) in enumerate(zip(gots, wants)) if not _close(got, want)]
     if not wrong:  # the seed: once more with the same one, and with another
         again, given = _theirs(fn, _DRIFT_CASES[1])

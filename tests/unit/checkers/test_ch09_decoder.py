@@ -43,6 +43,17 @@ def _sample(lg, t, k, g, divide=True, k_shift=0, use_rng=True, strict=False):
     return torch.multinomial(lg.softmax(-1), 1, generator=g if use_rng else None)
 
 
+def _sample_by_exp(lg, t, k, g, stable=False):
+    """The softmax written out, exp over its sum: without the max taken off, exp overflows above about 88."""
+    if t == 0:
+        return lg.argmax(-1, keepdim=True)
+    lg = lg / t
+    if k is not None:
+        lg = lg.masked_fill(lg < lg.topk(k, -1).values[:, -1:], float("-inf"))
+    e = (lg - lg.amax(-1, keepdim=True) if stable else lg).exp()
+    return torch.multinomial(e / e.sum(-1, keepdim=True), 1, generator=g)
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -65,6 +76,8 @@ def _sample(lg, t, k, g, divide=True, k_shift=0, use_rng=True, strict=False):
             "shape",
         ),
         (_raises, "raised"),
+        (_sample_by_exp, "overflow"),  # NaN probabilities, which torch.multinomial refuses
+        (lambda lg, t, k, g: _sample_inverse_cdf(lg, t, k, g, by_exp=True), "overflow"),  # NaN: token 0 always
     ],
 )
 def test_sample_mistakes_are_named(wrong, mistake):
@@ -86,10 +99,12 @@ def _sample_gumbel(lg, t, k, g):
     return torch.multinomial(lg.softmax(-1), 1, generator=g)
 
 
-def _sample_inverse_cdf(lg, t, k, g):
+def _sample_inverse_cdf(lg, t, k, g, by_exp=False):
     if t == 0:
         return lg.argmax(-1, keepdim=True)
     probs = (lg.double() / t).softmax(-1)
+    if by_exp:  # written out, exp over its sum: float64 overflows above about 709
+        probs = (lg.double() / t).exp() / (lg.double() / t).exp().sum(-1, keepdim=True)
     if k is not None:
         probs = probs * (probs >= probs.topk(k, -1).values[:, -1:])
         probs = probs / probs.sum(-1, keepdim=True)
@@ -97,7 +112,9 @@ def _sample_inverse_cdf(lg, t, k, g):
     return (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=lg.shape[1] - 1)
 
 
-@pytest.mark.parametrize("right", [_sample, _sample_gumbel, _sample_inverse_cdf])
+@pytest.mark.parametrize(
+    "right", [_sample, _sample_gumbel, _sample_inverse_cdf, lambda *args: _sample_by_exp(*args, stable=True)]
+)
 def test_sample_other_routes_pass(right):
     assert ex.check_sample(right) == ex.CORRECT
 
@@ -265,3 +282,12 @@ def test_future_leak_other_route_passes():
         return float(torch.linalg.vector_norm(b[0, :position] - a[0, :position], ord=float("inf")))
 
     assert ex.check_future_leak(through_forward) == ex.CORRECT
+
+
+def test_a_leak_predicted_instead_of_measured_is_named():
+    right = _notebook_solution("solution_future_leak")
+
+    def predicts(model, tokens, position, new_token, causal):  # under the causal mask the theory says 0
+        return 0.0 if causal else right(model, tokens, position, new_token, causal)
+
+    rejected_as(ex.check_future_leak(predicts), "skipped")

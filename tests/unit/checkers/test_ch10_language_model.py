@@ -150,6 +150,13 @@ def _bits(lg, y, t):
     return F.cross_entropy(lg / t, y).item() / LN2
 
 
+def _bits_by_exp(lg, y, t, stable=False):
+    """softmax written out, exp over its sum, then -log2 of the target's: exp overflows above about 88."""
+    s = lg / t  # (N, V)
+    e = (s - s.amax(-1, keepdim=True) if stable else s).exp()
+    return -(e / e.sum(-1, keepdim=True)).gather(1, y[:, None]).log2().mean().item()
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -165,6 +172,8 @@ def _bits(lg, y, t):
         (lambda lg, y, t: None if t > 5 else "low", "not-a-number"),
         (lambda lg, y, t: _bits(lg, y, t) * 1.01, "other"),
         (_raises, "raised"),
+        (_bits_by_exp, "overflow"),
+        (lambda lg, y, t: _bits_by_exp(lg.double(), y, t), "overflow"),  # float64 overflows above about 709
     ],
 )
 def test_temperature_loss_mistakes_are_named(wrong, mistake):
@@ -186,6 +195,7 @@ def test_numbers_typed_from_the_first_input_fail_on_the_others():
     [
         lambda lg, y, t: -(lg / t).log_softmax(-1).gather(1, y[:, None]).mean().item() * math.log2(math.e),
         lambda lg, y, t: torch.tensor(-(lg.double() / t).softmax(-1)[torch.arange(len(y)), y].log2().mean().item()),
+        lambda lg, y, t: _bits_by_exp(lg, y, t, stable=True),
     ],
 )
 def test_temperature_loss_other_routes_pass(right):

@@ -110,6 +110,17 @@ def _gates(logits, k, keep=None):
     return torch.zeros_like(probs).scatter(-1, chosen, top / top.sum(-1, keepdim=True) if keep is None else keep(top))
 
 
+def _exp_share(x):
+    return x.exp() / x.exp().sum(-1, keepdim=True)
+
+
+def _gates_by_exp(logits, k, stable=False):
+    """The softmax written out, exp over its sum: without the max taken off, exp overflows above about 88."""
+    e = (logits - logits.amax(-1, keepdim=True) if stable else logits).exp()  # (N, E)
+    top, chosen = (e / e.sum(-1, keepdim=True)).topk(k, -1)  # (N, k) each
+    return torch.zeros_like(logits).scatter(-1, chosen, top / top.sum(-1, keepdim=True))
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -142,6 +153,12 @@ def _gates(logits, k, keep=None):
         (lambda x, k: _gates(x, k) * 0.9, "wrong-gates"),
         (lambda x, k: _gates(x, k).roll(1, -1), "other"),
         (raising(RuntimeError("selected index k out of range")), "raised"),
+        (_gates_by_exp, "overflow"),
+        (lambda x, k: _gates_by_exp(x, k).nan_to_num(), "overflow"),  # the NaN of inf / inf made 0
+        (  # exp of the k largest logits only, over their sum: the same overflow
+            lambda x, k: torch.zeros_like(x).scatter(-1, x.topk(k, -1).indices, _exp_share(x.topk(k, -1).values)),
+            "overflow",
+        ),
     ],
 )
 def test_top_k_gates_mistakes_are_named(wrong, mistake):
@@ -159,6 +176,7 @@ def test_top_k_gates_right_only_for_k_2_fails_naming_the_input():
         lambda x, k: torch.zeros_like(x).scatter(-1, x.topk(k, -1).indices, x.topk(k, -1).values.softmax(-1)),
         lambda x, k: x.masked_fill(x < x.topk(k, -1).values[:, -1:], float("-inf")).softmax(-1),
         lambda x, k: _gates(x.double(), k),
+        lambda x, k: _gates_by_exp(x, k, stable=True),
     ],
 )
 def test_top_k_gates_other_routes_pass(right):

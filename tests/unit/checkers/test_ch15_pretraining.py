@@ -275,6 +275,21 @@ def _by_softmax(lo, la):  # the softmax written out: exp overflows on large logi
     return -p.log().gather(-1, la.clamp(min=0)[..., None])[..., 0][chosen].mean() if chosen.any() else 0.0
 
 
+def _flat_sum(logits, labels):  # a Python float, from the summed loss: right, but backward cannot reach the logits
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum")
+    return total.item() / max(int((labels != -100).sum()), 1)
+
+
+def _straight_through(lo, la):
+    """The right number, with a gradient that is not the loss's: 1 / (B S V) on every logit."""
+    return my_mlm_loss(lo, la).detach() + (lo - lo.detach()).mean()
+
+
+def _centres_in_place(lo, la):
+    lo -= lo.amax(-1, keepdim=True)  # the caller's logits changed; the loss is the same
+    return my_mlm_loss(lo, la)
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -297,6 +312,13 @@ def _by_softmax(lo, la):  # the softmax written out: exp overflows on large logi
         (lambda lo, la: float("inf"), "not-finite"),
         (_guarded(lambda lo, la, c: F.cross_entropy(lo[c], la[c]) * 1.1), "other"),
         (tl.bert.mlm_loss, "by-hand"),
+        (lambda lo, la: torch.tensor(my_mlm_loss(lo, la).item(), requires_grad=True), "no-gradient"),  # a new leaf
+        (lambda lo, la: my_mlm_loss(lo, la).detach().requires_grad_(), "no-gradient"),
+        (lambda lo, la: my_mlm_loss(lo, la).item(), "detached"),  # a float
+        (lambda lo, la: torch.tensor(my_mlm_loss(lo, la).item()), "detached"),  # a float wrapped in a tensor
+        (_flat_sum, "detached"),
+        (_straight_through, "wrong-gradient"),
+        (_centres_in_place, "in-place"),
     ],
 )
 def test_mlm_loss_mistakes_are_named(wrong, mistake):
@@ -309,11 +331,6 @@ def _by_hand(logits, labels):
     return (nll * chosen).sum() / chosen.sum().clamp(min=1)
 
 
-def _flat_sum(logits, labels):  # a Python float, from the summed loss
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum")
-    return total.item() / max(int((labels != -100).sum()), 1)
-
-
 def _logsumexp(logits, labels):
     chosen = labels != -100
     if not chosen.any():
@@ -322,9 +339,20 @@ def _logsumexp(logits, labels):
     return (picked.logsumexp(-1) - picked.gather(1, labels[chosen][:, None])[:, 0]).mean()
 
 
-@pytest.mark.parametrize("right", [_by_hand, _flat_sum, _logsumexp])
+def _zero_tensor_when_empty(logits, labels):
+    """A plain tensor 0.0 for a batch with no chosen position: nothing there for a gradient to reach."""
+    chosen = labels != -100
+    return F.cross_entropy(logits[chosen], labels[chosen]) if chosen.any() else torch.tensor(0.0)
+
+
+@pytest.mark.parametrize("right", [_by_hand, _logsumexp, _zero_tensor_when_empty])
 def test_mlm_loss_other_routes_pass(right):
     assert ex15.check_mlm_loss(right) == CORRECT
+
+
+def test_mlm_loss_passes_when_checked_under_no_grad():
+    with torch.no_grad():  # the checker turns gradients on for the answer's own run
+        assert ex15.check_mlm_loss(my_mlm_loss) == CORRECT
 
 
 # ---- the masked-word accuracy -------------------------------------------------------------------

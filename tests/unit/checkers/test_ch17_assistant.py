@@ -222,7 +222,8 @@ def _chat_batch(tok, prompt, answer):
         (_with_ids(lambda t: t.vocab_size, lambda t: t.vocab_size + 1, lambda t: t.vocab_size + 2), "special-ids"),
         (_as_text, "specials-as-text"),
         (_no_user, "template"),
-        (lambda tok, p, a: my_answer_mask(tok, a, p), "ids"),  # prompt and answer swapped
+        (lambda tok, p, a: my_answer_mask(tok, a, p), "swapped"),  # prompt and answer swapped
+        (lambda tok, p, a: my_answer_mask(tok, p, a[::-1]), "ids"),  # the answer written backwards
         (lambda tok, p, a: my_answer_mask(tok, p, a)[0], "not-a-pair"),
         (lambda tok, p, a: (torch.tensor([my_answer_mask(tok, p, a)[0]]), my_answer_mask(tok, p, a)[1]), "shape"),
         (lambda tok, p, a: ([float(i) for i in my_answer_mask(tok, p, a)[0]], my_answer_mask(tok, p, a)[1]), "dtype"),
@@ -309,6 +310,32 @@ def _negates_the_reference(pc, pr, rc, rr, beta):
     return my_dpo_loss(pc, pr, rc, -rr, beta)
 
 
+def _scales_the_policy(pc, pr, rc, rr, beta):
+    pc.mul_(beta)  # the caller's policy log-probabilities changed in place, the gradient kept
+    return -F.logsigmoid(pc - beta * rc - beta * (pr - rr)).mean()
+
+
+def _naive_in_float64(pc, pr, rc, rr, beta):
+    """log(sigmoid(x)) in float64: right while sigmoid(x) stays above 0, up to x of about -745."""
+    return -torch.log(torch.sigmoid(_right_argument(pc.double(), pr.double(), rc.double(), rr.double(), beta))).mean()
+
+
+def _switched(pc, pr, rc, rr, beta):
+    """-x where log(sigmoid(x)) would underflow: right numbers, but torch.where's other branch sends NaN back."""
+    x = _right_argument(pc, pr, rc, rr, beta)
+    return torch.where(x < -30, -x, -torch.log(torch.sigmoid(x))).mean()
+
+
+def _straight_through(pc, pr, rc, rr, beta):
+    """The right number, with a gradient that is not the loss's: 1 / B on every log-probability of the policy."""
+    return my_dpo_loss(pc, pr, rc, rr, beta).detach() + (pc - pc.detach()).mean() + (pr - pr.detach()).mean()
+
+
+def _without_grad(*args):
+    with torch.no_grad():
+        return my_dpo_loss(*args)
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -341,6 +368,16 @@ def _negates_the_reference(pc, pr, rc, rr, beta):
         (lambda *args: alignment.dpo_loss(*args)[0], "by-hand"),
         (lambda pc, pr, rc, rr, beta: tl.alignment.dpo_loss(pc, pr, rc, rr, beta=beta)[0], "by-hand"),
         (_negates_the_reference, "in-place"),
+        (_scales_the_policy, "in-place"),
+        (_naive_in_float64, "unstable-log-sigmoid"),  # sigmoid(-900) is 0 in float64 too
+        (lambda *args: _naive_in_float64(*args).float(), "unstable-log-sigmoid"),
+        (_switched, "unstable-log-sigmoid"),  # the right loss, a NaN gradient on the large margins
+        (lambda *args: torch.tensor(my_dpo_loss(*args).item(), requires_grad=True), "no-gradient"),  # a new leaf
+        (lambda *args: my_dpo_loss(*args).detach().requires_grad_(), "no-gradient"),
+        (lambda *args: torch.tensor(my_dpo_loss(*args).item()), "detached"),  # a float wrapped in a tensor
+        (_without_grad, "detached"),
+        (lambda pc, pr, rc, rr, beta: my_dpo_loss(pc, pr.detach(), rc, rr, beta), "no-gradient"),  # only the chosen
+        (_straight_through, "wrong-gradient"),
     ],
 )
 def test_dpo_loss_mistakes_are_named(wrong, mistake):
@@ -354,7 +391,14 @@ def test_the_naive_log_sigmoid_is_right_on_every_case_but_the_large_margins():
         assert math.isclose(_naive(*args, beta).item(), my_dpo_loss(*args, beta).item(), rel_tol=1e-5)
     args = ex17._dpo_extreme(g)
     assert math.isinf(_naive(*args, ex17._DPO_EXTREME[0]).item())
+    assert math.isinf(_naive_in_float64(*args, ex17._DPO_EXTREME[0]).item())  # a margin past -745 nats
     assert math.isfinite(my_dpo_loss(*args, ex17._DPO_EXTREME[0]).item())
+    assert all(t.max() < 0 for t in args)  # log-probabilities, every one of them
+
+
+def test_dpo_loss_passes_when_checked_under_no_grad():
+    with torch.no_grad():  # the checker turns gradients on for the answer's own run
+        assert ex17.check_dpo_loss(my_dpo_loss) == CORRECT
 
 
 # ---- GRPO's group-relative advantages -----------------------------------------------------------
@@ -483,6 +527,17 @@ def _per_prompt(policy, reference, tok, prompts, seed):
         )
 
 
+def _typed_unless_the_same_model(policy, reference, tok, prompts, seed):
+    """0 for a model against a copy of itself, else a number typed from the chapter: constant where it counts."""
+    same = all(torch.equal(p, r) for p, r in zip(policy.parameters(), reference.parameters()))
+    return 0.0 if same else 0.7
+
+
+def _typed_by_prompt_count(policy, reference, tok, prompts, seed):
+    """A table of numbers typed in, one per number of prompts: two cases of 24 prompts get the same one."""
+    return {16: 0.0, 24: 0.7, 20: 33.0, 12: 40.0}.get(len(prompts), 1.0)
+
+
 def _changes_the_policy(policy, reference, tok, prompts, seed):
     drift = kl_drift(policy, reference, tok, prompts, seed)
     with torch.no_grad():
@@ -509,6 +564,9 @@ def _changes_the_policy(policy, reference, tok, prompts, seed):
         (_re_encoded, "re-encoded"),
         (lambda *args: 0.0, "constant"),  # the SFT model against itself
         (lambda *args: 1.23, "constant"),  # a number typed from the chapter
+        (_typed_unless_the_same_model, "constant"),
+        (_typed_by_prompt_count, "constant"),
+        (lambda *args: torch.tensor(0.7), "constant"),
         (_drift(seed_of=lambda seed: 0), "seed-ignored"),  # the notebook's seed, fixed
         (_drift(seed_of=lambda seed: torch.Generator()), "seed-ignored"),  # a generator never seeded
         (_drift(seed_of=lambda seed: None), "seed-ignored"),  # torch's global random state
