@@ -101,8 +101,11 @@ playground: $(PLAYGROUND)
 lint-js: $(NPM_STAMP)
 	$(call with_npm,THE JAVASCRIPT LINT,node_modules/.bin/eslint,node_modules/.bin/eslint --max-warnings 0 book/_static/playground eslint.config.mjs)
 
+# The fast loop: the unit tests that take under a second, two at a time with one thread each (two threads each on
+# two cores would wait on each other), after the lint; without nbval's plugin and the TRL comparisons, whose imports
+# alone take seconds. Under a minute on this machine; make test runs them all.
 check: lint
-	$(PYTEST) tests/unit -m "not slow" -q
+	OMP_NUM_THREADS=1 $(PYTEST) tests/unit -m "not slow" -q -n 2 -p no:nbval --ignore=tests/unit/test_alignment_trl.py
 
 book: $(STAMP) playground
 	$(BIN)/jupyter-book build .

@@ -21,12 +21,17 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["kernel_start"]  # tools/kernel_start.py, on pytest's pythonpath (pyproject.toml)
-
 LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT", "600"))
 BUDGET = 6.0
 _times: dict[str, float] = defaultdict(float)
 _reference: list[float] = []  # the reference workload's seconds, before the notebooks and after
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False):
+        from kernel_start import install_into_nbval  # tools/, on pytest's pythonpath (pyproject.toml)
+
+        install_into_nbval()  # imported only here: make check's unit tests start no kernel
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -16,8 +16,9 @@ again. Another process was copying 2.4 GB on the machine at the time. Three thin
 
 What load alone can still do (a start slower than five minutes) is retried once, loudly: a warning in
 pytest's summary names the notebook and why the first start failed. A second failure fails the notebook
-with both reasons. `install_into_nbval()` puts this start into nbval (this module is a pytest plugin that calls it);
-`IpcKernelManager` is the same transport for nbclient's NotebookClient (kernel_manager_class=).
+with both reasons. `install_into_nbval()` puts this start into nbval: conftest.py calls it under --nbval,
+as this module does as a pytest plugin (-p kernel_start). `IpcKernelManager` is the same transport for
+nbclient's NotebookClient (kernel_manager_class=).
 """
 
 from __future__ import annotations

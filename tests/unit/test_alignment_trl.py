@@ -35,6 +35,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer  # noqa: E402
 
 pytestmark = [
+    pytest.mark.slow,  # importing TRL alone takes seconds: make test runs these, make check leaves the file out
     pytest.mark.filterwarnings("ignore::FutureWarning"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
 ]

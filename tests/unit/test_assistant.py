@@ -185,6 +185,7 @@ def test_the_length_reward_reads_no_content():
     assert recipes.length_reward("count night", "x" * 20) == 1.0
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_shipped_models_scores():
     runs = recipes.load_assistant_runs()
     tok = chat.chat_tokenizer()

@@ -14,6 +14,7 @@ def test_every_recipe_has_a_shipped_checkpoint_and_back():
     assert shipped == sorted(recipes.RECIPES), "run `python tools/train_checkpoints.py` after changing a recipe"
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_shipped_bpe_tokenizer_is_the_one_its_recipe_trains():
     """shakespeare_data("bpe") loads merges instead of training them; training them again gives the same."""
     shipped, train_ids, _ = recipes.shakespeare_data("bpe")
@@ -42,6 +43,7 @@ def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
     assert longer["steps"] > len(first)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_bracket_classifier_checkpoint_keeps_the_chapter_promise():
     model, meta = tl.load_checkpoint("bracket_classifier")
     assert isinstance(model, tl.EncoderClassifier) and not model.training
@@ -51,6 +53,7 @@ def test_bracket_classifier_checkpoint_keeps_the_chapter_promise():
     assert accuracy == pytest.approx(meta["evals"][-1]["test accuracy"], abs=0.005)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_numbers_to_words_checkpoint_keeps_the_chapter_promise():
     """The encoder-decoder the website's playground exports: at least 99% exact match on 1000 unseen numbers."""
     model, meta = tl.load_checkpoint("numbers_to_words")

@@ -72,6 +72,7 @@ def test_the_language_model_has_no_padding_row():
     assert lm.embed.table.padding_idx is None
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_importing_the_package_loads_no_pyplot_and_checkers_leave_the_global_rng_alone():
     import subprocess
     import sys

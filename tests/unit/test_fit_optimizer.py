@@ -73,6 +73,7 @@ def test_the_state_it_keeps_gives_adamws_steps_fused_or_not(fused):
         assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_fit_does_not_import_torch_dynamo():
     code = (
         "import sys, torch, transformer_lib as tl\n"

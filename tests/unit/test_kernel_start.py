@@ -8,7 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
@@ -28,6 +27,8 @@ class _Specs(KernelSpecManager):
 
 
 def _transport_notebook(path: Path, expected: str) -> None:
+    import nbformat  # here, not at the top: make check collects this file and runs none of it
+
     source = "from ipykernel.kernelapp import IPKernelApp\nprint(IPKernelApp.instance().transport)"
     cell = nbformat.v4.new_code_cell(source)
     cell.execution_count = 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "transformer_lib"
 # the modules of chapters 1 to 11 (the 2017 model and its training), and the later chapters' own modules
 CORE = [
@@ -94,6 +96,7 @@ def test_the_reader_sees_relative_imports():
     assert "layers" in _graph()["moe"]
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_importing_the_package_loads_neither_the_figures_nor_the_checkers():
     """`import transformer_lib` stays light: viz (with matplotlib's pyplot) and exercises load on first use."""
     import subprocess

@@ -346,6 +346,7 @@ def _random_translator(seed: int) -> tuple[tl.Transformer, torch.Tensor, int]:
     return model, src, pad_id
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_cached_and_uncached_greedy_decoding_agree_on_many_random_models():
     """A generated padding id is an ordinary token: the uncached path does not mask it as padding either."""
     emitted_pad = 0
@@ -361,6 +362,7 @@ def test_cached_and_uncached_greedy_decoding_agree_on_many_random_models():
     assert emitted_pad >= 50, emitted_pad  # the models did emit the padding id before their end
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_beam_search_of_width_one_is_greedy_decoding_even_through_a_generated_padding_id():
     for seed in range(1, 60, 2):  # the seeds that push the padding id
         model, src, pad_id = _random_translator(seed)

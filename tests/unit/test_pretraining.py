@@ -130,6 +130,7 @@ def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(
         assert torch.equal(model.bert.embeddings.position.weight, start) == (method == "lora")
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_shipped_checkpoint_loads_and_fills_in_words():
     from transformer_lib.checkpoints import CHECKPOINT_DIR, load_checkpoint
 

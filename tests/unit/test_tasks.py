@@ -57,6 +57,7 @@ def test_brackets_are_labelled_correctly_and_balanced_in_count():
     assert tasks.is_balanced("([])[]") and not tasks.is_balanced("([)]") and not tasks.is_balanced("((")
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_brackets_task_refuses_more_examples_than_exist():
     with pytest.raises(ValueError, match=r"found only \d+ distinct examples for n=5000 with 1 to 2 pairs"):
         tasks.brackets_task(5000, seed=0, min_pairs=1, max_pairs=2)

@@ -57,6 +57,7 @@ def _slow_bpe(text, num_merges):
     return tuple(merges), tuple(counts)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_incremental_training_equals_the_slow_loop():
     text = corpus.play("macbeth")[:30_000]
     fast = train_bpe(text, 150)
@@ -102,6 +103,7 @@ def _bytes_of_hf_symbol():
     return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_agrees_with_hugging_face_tokenizers():
     """Same text, same pieces, same number of merges: the same merges, up to the order of ties."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

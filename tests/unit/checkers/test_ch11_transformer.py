@@ -170,6 +170,7 @@ def test_greedy_by_another_route_passes(numbers_model):
     assert tl.greedy_decode(model, torch.tensor([src_tok.encode("7")]), 1, 2, 5).shape[0] == 1  # given back
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_greedy_on_an_untrained_model():
     """A small untrained model and the checker's own numbers: no trained checkpoint needed."""
     src_tok, tgt_tok = tl.CharTokenizer("0123456789"), tl.CharTokenizer("abcdefgh ")

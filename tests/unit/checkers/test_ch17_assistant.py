@@ -101,6 +101,7 @@ def test_a_check_leaves_torchs_random_state_and_threads_as_they_were(solution, c
     assert torch.get_num_threads() == threads
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_checks_take_a_few_seconds():
     ex17.check_kl_drift(kl_drift)  # the cached models, tokenizer and words are built once
     for solution, check in SOLUTIONS:
