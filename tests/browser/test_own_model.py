@@ -256,3 +256,40 @@ def test_a_freshly_trained_vit_reads_the_drawing_as_pytorch(page, site_url, own_
     page.click("#draw-own-reset")
     page.wait_for_function(f"{first_p} < 1e-9", arg=book[0])  # the book's model's answer again
     assert not network_problems(page)
+
+
+@pytest.fixture(scope="module")
+def own_emoji(tmp_path_factory) -> dict:
+    """An untrained language model whose vocabulary holds an emoji (two UTF-16 units, one character), 16 positions,
+    and a prompt of 15 characters, one of them the emoji: PyTorch's one greedy character after it."""
+    tok = tl.CharTokenizer.from_texts(["abcdefgh 🙂"])
+    torch.manual_seed(3)
+    model = tl.DecoderOnlyLM(
+        vocab_size=len(tok.itos), d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=16, dropout=0.0
+    ).eval()
+    path = tl.export.for_playground(model, tok, "emoji_model", tmp_path_factory.mktemp("emoji"))
+    for shift in range(8):
+        prompt = ("abcdefgh" * 2)[shift : shift + 7] + "🙂" + "hgfedcba"[:7]  # 15 characters, 16 UTF-16 units
+        out, margin = greedy_with_margin(model, torch.tensor([tok.encode(prompt)]), 1)
+        if margin >= 1e-3:
+            break
+    else:
+        pytest.fail("every prompt's greedy character is a near tie")
+    assert len(prompt) == 15 and len(prompt.encode("utf-16-le")) // 2 == 16
+    return {"path": path, "prompt": prompt, "text": tok.decode(out[0, -1:])}
+
+
+def test_a_prompt_with_an_emoji_is_counted_in_characters(page, site_url, own_emoji):
+    """A prompt of 15 characters, one an emoji, fills a 16-position model with one more character: the page takes it
+    (counted in UTF-16 units it would be 16 + 1, one too many) and writes PyTorch's character; one more character in
+    the prompt is refused, counted in characters."""
+    _open(page, site_url, "shakespeare_char")
+    page.set_input_files("#lm-own-file", str(own_emoji["path"]))
+    _loaded(page, "emoji_model")
+    assert _write_greedy(page, own_emoji["prompt"], 1) == own_emoji["text"]  # refused, counted in UTF-16 units
+    page.fill("#lm-prompt", own_emoji["prompt"] + "a")  # one character too many
+    page.click("#lm-generate")
+    page.wait_for_function("() => document.getElementById('lm-error').textContent !== ''", timeout=10_000)
+    said = page.text_content("#lm-error")
+    assert "The prompt has 16 characters and you asked for 1 more: 17, more than the model's 16 positions" in said
+    assert not network_problems(page)
