@@ -93,6 +93,14 @@ def _values(x, name: str) -> torch.Tensor:
     return t
 
 
+def _runs(a, b, paired: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """a and b as float64 tensors, checked; paired runs must be as many on both sides."""
+    a, b = _values(a, "a"), _values(b, "b")
+    if paired and len(a) != len(b):
+        raise ValueError(f"paired runs need as many of A as of B, got {len(a)} and {len(b)}")
+    return a, b
+
+
 def _two_sided(null: torch.Tensor, observed: float) -> float:
     """Twice the smaller one-sided p of `observed` among the statistics `null` (every rearrangement's, or a
     sample of them with the observed one counted in), capped at 1. A tolerance keeps ties of rounding as ties."""
@@ -109,11 +117,9 @@ def permutation_p(a, b, *, paired: bool, resamples: int = 10_000, seed: int = 0)
     Unpaired: the pooled values split into groups of len(a) and len(b) (every split when there are at most
     EXACT_SPLITS). Else `resamples` random rearrangements from a generator seeded with `seed`, the observed one
     counted among them."""
-    a, b = _values(a, "a"), _values(b, "b")
+    a, b = _runs(a, b, paired)
     g = torch.Generator().manual_seed(seed)
     if paired:
-        if len(a) != len(b):
-            raise ValueError(f"paired runs need as many of A as of B, got {len(a)} and {len(b)}")
         d = a - b  # (n,)
         n = len(d)
         if n <= EXACT_FLIPS:
@@ -151,11 +157,9 @@ def bootstrap_interval(
     each group on its own when not, `resamples` times from a generator seeded with `seed`."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    a, b = _values(a, "a"), _values(b, "b")
+    a, b = _runs(a, b, paired)
     g = torch.Generator().manual_seed(seed)
     if paired:
-        if len(a) != len(b):
-            raise ValueError(f"paired runs need as many of A as of B, got {len(a)} and {len(b)}")
         d = a - b  # (n,)
         means = d[torch.randint(len(d), (resamples, len(d)), generator=g)].mean(dim=1)  # (resamples,)
     else:
