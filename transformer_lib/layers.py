@@ -60,7 +60,7 @@ class FeedForward(nn.Module):
         hidden = self.activation(self.linear1(x))  # (..., d_ff)
         if self.linear3 is not None:
             hidden = hidden * self.linear3(x)  # SwiGLU: the activated branch gates the linear one
-        return self.linear2(dropped(self.dropout, hidden))
+        return self.linear2(self.dropout(hidden))
 
 
 class MoEFeedForward(nn.Module):
@@ -173,12 +173,6 @@ def make_norm(config: TransformerConfig) -> nn.Module:
 Sublayer = tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]  # (its norm, the sublayer itself)
 
 
-def dropped(dropout: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """dropout(x) while training; x itself in eval mode, where dropout is the identity, without calling the module:
-    a cached decoding step at batch 1 is so small that the calls alone were a tenth of its time."""
-    return dropout(x) if dropout.training else x
-
-
 def residual(x: torch.Tensor, sublayers: list[Sublayer], config: TransformerConfig, dropout: nn.Module) -> torch.Tensor:
     """The residual wiring of a layer, written once for the encoder's and the decoder's: x (B, T, d_model) -> same.
 
@@ -196,8 +190,8 @@ def residual(x: torch.Tensor, sublayers: list[Sublayer], config: TransformerConf
         for norm, f in sublayers:
             if id(norm) not in normed:
                 normed[id(norm)] = norm(x)
-            out = out + dropped(dropout, f(normed[id(norm)]))
+            out = out + dropout(f(normed[id(norm)]))
         return out
     for norm, f in sublayers:
-        x = x + dropped(dropout, f(norm(x))) if config.norm_first else norm(x + dropped(dropout, f(x)))
+        x = x + dropout(f(norm(x))) if config.norm_first else norm(x + dropout(f(x)))
     return x
