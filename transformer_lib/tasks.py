@@ -333,7 +333,8 @@ def lm_batches(
 def repeated_tokens(batch_size: int, n: int, vocab_size: int, rng: torch.Generator | None = None) -> torch.Tensor:
     """Random blocks of n tokens, each shown twice: (B, 2n) ids drawn uniformly from 1 .. vocab_size - 1.
 
-    Id 0 is left out: it is the models' padding id, whose embedding is held at zero.
+    Id 0 is left out: it is the models' padding id, so the data never contain it. (A DecoderOnlyLM does
+    not hold that id's embedding at zero; the blocks never read it.)
 
     The first copy cannot be predicted; the second can, token by token, by a model that finds where
     the current token appeared before and copies what came next: an induction head's job.

@@ -269,10 +269,18 @@ def test_the_qk_and_ov_circuits_give_the_heads_scores_and_outputs():
     torch.testing.assert_close(written.transpose(1, 2), by_head, atol=1e-5, rtol=0)
 
 
-def test_composition_score_is_one_for_a_reader_of_what_is_written_and_zero_for_none():
+def test_composition_score_is_one_only_at_rank_one_its_ceiling_is_one_over_root_rank_and_zero_for_none():
+    torch.manual_seed(0)
     u, v, w = torch.randn(8, 1), torch.randn(8, 1), torch.randn(8, 1)
-    reader, writer = u @ v.T, v @ w.T  # reads exactly the direction v the writer writes
+    reader, writer = u @ v.T, v @ w.T  # rank 1: reads exactly the direction v the writer writes
     assert float(inside.composition_score(reader, writer)) == pytest.approx(1.0, abs=1e-5)
+    for r in (2, 4, 16):  # the same rank-r projection as reader and writer: all it writes is read, evenly
+        basis = torch.linalg.qr(torch.randn(64, r, dtype=torch.float64))[0]  # (64, r), orthonormal columns
+        projection = basis @ basis.T  # (64, 64), rank r
+        assert float(inside.composition_score(projection, projection)) == pytest.approx(r**-0.5, rel=1e-9)
+        mixed = basis @ torch.randn(r, r, dtype=torch.float64) @ basis.T  # reads only those r directions, unevenly
+        sv = torch.linalg.svdvals(mixed)  # the bound: norm(AB) <= ||A||_2 norm(B)
+        assert inside.composition_score(mixed, projection) <= sv[0] / sv.norm() + 1e-12
     other = torch.linalg.qr(torch.cat([v, torch.randn(8, 1)], 1))[0][:, 1:]  # a direction orthogonal to v
     assert float(inside.composition_score(u @ other.T, writer)) == pytest.approx(0.0, abs=1e-6)
     a, b = torch.randn(3, 8, 8), torch.randn(8, 8)
@@ -296,6 +304,12 @@ def test_ov_copying_tells_a_copying_head_from_a_suppressing_one():
         attn.out_proj.weight[:8, :8] = eye  # head 0 writes them back
         attn.out_proj.weight[:8, 8:] = -eye  # head 1 writes them back negated
     share, hits = inside.ov_copying(model, 0)
+    torch.testing.assert_close(share, torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(hits, torch.tensor([1.0, 0.0]))
+    with torch.no_grad():
+        model.embed.table.weight[0] = torch.cat([0.5 * eye[1], torch.zeros(8)])  # token 0, an unused id: half a 1
+    assert inside.ov_copying(model, 0)[1][0] == pytest.approx(7 / 8)  # attending to it raises 1's logit most: a miss
+    share, hits = inside.ov_copying(model, 0, tokens=range(1, 8))  # only tokens 1 .. 7 count
     torch.testing.assert_close(share, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(hits, torch.tensor([1.0, 0.0]))
 
