@@ -7,10 +7,13 @@
 Each run is transformer_lib.pretraining.fine_tune(method, the shipped plays_bert checkpoint, the order task
 (Twelfth Night's speeches as written or with their words scrambled: pretraining.order_split), budget, seed).
 The file, transformer_lib/checkpoints/finetune_runs.json, records per method, budget and seed the test accuracy,
-the trainable parameters and the wall time with the machine and its load. A run already in the file is skipped
+the trainable parameters and the wall time with the machine and its load, and which test speeches it got right
+(test_correct: a string of 0s and 1s, one per speech in the test's order), so that chapter 15 can pair two methods
+over the same test speeches as well as over seeds. A run already in the file is skipped
 unless --force, and the file is written after every run, so an interrupted sweep goes on where it stopped.
 tests/unit/test_pretraining.py re-runs one point and compares. The shipped file was made with one thread
-(OMP_NUM_THREADS=1) on a two-core machine.
+(OMP_NUM_THREADS=1) on a two-core machine. Its scratch runs predate test_correct; `--force probe full lora` added
+it to the other 36, which came out with the same accuracies as before (their times show a busier machine).
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                 if any(r["seed"] == seed for r in records) and not args.force:
                     continue
                 _, result = pretraining.fine_tune(method, pretrained, task, budget, seed)
+                correct = result.pop("test correct", None)  # (300,) bool: each test speech right or not
                 record = {"seed": seed, **{k.replace(" ", "_"): v for k, v in result.items()}}
+                if correct is not None:  # one character per test speech, "1" where right, in the test's order
+                    record["test_correct"] = "".join("1" if c else "0" for c in correct.tolist())
                 record["load"] = round(os.getloadavg()[0], 2)  # others' work slows a run down
                 record["machine"] = machine()
                 records[:] = sorted([r for r in records if r["seed"] != seed] + [record], key=lambda r: r["seed"])

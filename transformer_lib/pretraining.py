@@ -30,7 +30,7 @@ from . import corpus
 from .bert import BertClassifier, BertForMaskedLM
 from .lora import add_lora, trainable_parameters
 from .tasks import iterate_batches
-from .training import classification_accuracy, classification_loss, fit
+from .training import classification_loss, fit
 
 __all__ = [
     "SPECIALS",
@@ -232,7 +232,8 @@ def fine_tune(
 
     `seed` picks the budget's speeches, the new weights and dropout's masks; `device` is where they train (default:
     the pre-trained model's; the pre-trained model is moved there). Returns (model, {"test accuracy",
-    "trainable parameters"}). Every method takes `steps` AdamW steps of 16 speeches (the probe: of the whole
+    "trainable parameters", "seconds", "test correct"}), the last a (T,) bool tensor: each test speech right or
+    not. Every method takes `steps` AdamW steps of 16 speeches (the probe: of the whole
     budget at once).
     """
     if method not in METHODS:
@@ -264,9 +265,10 @@ def fine_tune(
             with torch.inference_mode():
                 right = probe(mean_features(pretrained, test_ids.to(device))).argmax(-1).cpu() == test_labels
             return probe, {
-                "test accuracy": float(right.float().mean()),
+                "test accuracy": int(right.sum()) / len(right),  # a count over T, as for the other methods
                 "trainable parameters": float(sum(p.numel() for p in probe.parameters())),
                 "seconds": history.seconds,
+                "test correct": right,
             }
         model = BertClassifier(pretrained.config, 2).to(device)
         if method != "scratch":
@@ -288,5 +290,12 @@ def fine_tune(
             desc=f"{method}, {budget} labels",
         )
     trainable, _ = trainable_parameters(model)
-    accuracy = classification_accuracy(model, test_ids, test_labels)
-    return model, {"test accuracy": accuracy, "trainable parameters": float(trainable), "seconds": history.seconds}
+    model.eval()
+    with torch.inference_mode():
+        right = model(test_ids.to(device)).argmax(-1).cpu() == test_labels  # (T,): each test speech right or not
+    return model, {
+        "test accuracy": int(right.sum()) / len(right),
+        "trainable parameters": float(trainable),
+        "seconds": history.seconds,
+        "test correct": right,
+    }

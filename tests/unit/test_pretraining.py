@@ -116,6 +116,9 @@ def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(
     data = (ids, y, ids, y)
     model, result = P.fine_tune(method, pre, data, 4, seed=3, steps=3)
     again, _ = P.fine_tune(method, pre, data, 4, seed=3, steps=3)
+    correct = result["test correct"]  # (6,): each test row right or not, and the accuracy is their share
+    assert correct.shape == (6,) and correct.dtype == torch.bool
+    assert result["test accuracy"] == pytest.approx(correct.double().mean().item())
     for (name, a), b in zip(model.state_dict().items(), again.state_dict().values()):
         assert torch.equal(a, b), name
     trains = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -152,6 +155,10 @@ def test_the_learning_curve_file_holds_every_method_budget_and_seed():
     for name, records in runs["runs"].items():
         assert [r["seed"] for r in records] == list(recipes.SEEDS), name
         assert all(0.0 <= r["test_accuracy"] <= 1.0 and r["seconds"] >= 0 for r in records), name
+        if not name.startswith("scratch"):  # chapter 15 pairs the pre-trained methods over the test speeches
+            for r in records:
+                assert len(r["test_correct"]) == P.ORDER_TEST and set(r["test_correct"]) <= {"0", "1"}, name
+                assert r["test_correct"].count("1") / P.ORDER_TEST == pytest.approx(r["test_accuracy"]), name
     assert 0.5 <= runs["test majority"] < 0.6
 
 
