@@ -6,11 +6,13 @@ reference implementation (TRL's) on the same inputs:
 - `answer_logprobs`: a sequence's log-probability of its answer tokens, under the loss mask;
 - `dpo_loss`: direct preference optimisation (Rafailov et al., 2023), the sigmoid form;
 - `group_advantages`: GRPO's group-relative advantages (Shao et al., 2024);
-- `grpo_loss`: GRPO's clipped-ratio loss with a KL penalty to a frozen reference.
+- `grpo_loss`: GRPO's clipped-ratio loss with a KL penalty to a frozen reference;
+- `pass_at_k`: the unbiased estimate of pass@k from n samples of which c are right (Chen et al., 2021).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .chat import ChatTokenizer, answer, chat_batch, random_instructions, sample_answers, solve
+from .chat import ChatTokenizer, answer, chat_batch, exact_reward, random_instructions, sample_answers, solve
 from .tasks import pad_sequences
 from .training import History, fit
 
@@ -28,6 +30,8 @@ __all__ = [
     "dpo_loss",
     "group_advantages",
     "grpo_loss",
+    "pass_at_k",
+    "correct_counts",
     "sequence_logprobs",
     "without_dropout",
     "preference_pairs",
@@ -139,6 +143,35 @@ def grpo_loss(
     mask = mask.to(per_token.dtype)
     lengths = mask.sum(dim=1).clamp(min=1)  # (N,)
     return ((per_token * mask).sum(dim=1) / lengths).mean()
+
+
+def pass_at_k(n: int, c, k: int) -> torch.Tensor:
+    """The unbiased estimate of pass@k from n samples per prompt, c of them right: 1 - C(n - c, k) / C(n, k).
+
+    c is one count or a sequence of counts, one per prompt (P,); returns float64 of c's shape. It is the chance
+    that k answers drawn without replacement from the n hold at least one right one (Chen et al., 2021, who
+    show that it is unbiased for the chance that k fresh samples hold one).
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and n = {n}, got {k}")
+    counts = torch.as_tensor(c)
+    if counts.is_floating_point() or (counts < 0).any() or (counts > n).any():
+        raise ValueError(f"c must hold whole counts between 0 and n = {n}, got {c}")
+    none_right = [math.comb(n - int(ci), k) / math.comb(n, k) for ci in counts.flatten().tolist()]
+    return 1 - torch.tensor(none_right, dtype=torch.float64).view(counts.shape)
+
+
+def correct_counts(
+    model: nn.Module, tok: ChatTokenizer, prompts: list[str], samples: int, rng: torch.Generator | None = None
+) -> torch.Tensor:
+    """How many of `samples` answers sampled at temperature 1 to each prompt are exactly right: (P,) int64.
+
+    rng is a generator on the model's device; the prompts' samples are drawn together, each prompt repeated.
+    """
+    repeated = [p for p in prompts for _ in range(samples)]
+    replies = answer(model, tok, repeated, temperature=1.0, rng=rng)
+    right = torch.tensor([exact_reward(p, r) for p, r in zip(repeated, replies)])  # (P * samples,)
+    return right.view(len(prompts), samples).sum(dim=1).long()  # (P,)
 
 
 # ---- the loops ---------------------------------------------------------------------------------

@@ -169,6 +169,36 @@ def test_grpo_loss_on_a_first_update_is_the_policy_gradient():
     assert math.isclose(loss.item(), -adv.mean().item(), abs_tol=1e-6)
 
 
+@pytest.mark.parametrize("n", [1, 2, 4, 6])
+def test_pass_at_k_equals_brute_force_over_every_draw_of_k(n):
+    import itertools
+
+    for c in range(n + 1):
+        right = [1] * c + [0] * (n - c)  # n samples, c of them right
+        for k in range(1, n + 1):
+            draws = list(itertools.combinations(right, k))  # every set of k of the n samples
+            brute = sum(any(d) for d in draws) / len(draws)
+            assert math.isclose(alignment.pass_at_k(n, c, k).item(), brute, abs_tol=1e-12)
+    counts = torch.tensor([0, 1, n])
+    assert alignment.pass_at_k(n, counts, 1).tolist() == pytest.approx((counts / n).tolist())  # pass@1 = c / n
+    assert alignment.pass_at_k(n, counts, n).tolist() == [0.0, 1.0, 1.0]  # all n drawn: right if any is
+    with pytest.raises(ValueError, match=r"k must be between 1 and n = 4, got 5"):
+        alignment.pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError, match=r"whole counts between 0 and n = 4"):
+        alignment.pass_at_k(4, torch.tensor([5]), 1)
+
+
+def test_correct_counts_count_right_samples():
+    model, _ = load_checkpoint("assistant_sft")
+    tok = chat.chat_tokenizer()
+    prompts = ["reverse amber", "count castles"]
+    counts = alignment.correct_counts(model, tok, prompts, 4, torch.Generator().manual_seed(0))
+    repeated = [p for p in prompts for _ in range(4)]
+    replies = chat.answer(model, tok, repeated, temperature=1.0, rng=torch.Generator().manual_seed(0))
+    by_hand = [sum(r == chat.solve(p) for r in replies[i * 4 : (i + 1) * 4]) for i, p in enumerate(prompts)]
+    assert counts.tolist() == by_hand and counts.dtype == torch.int64
+
+
 def test_without_dropout_and_preference_pairs():
     model, tok = recipes.assistant_base()
     assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
