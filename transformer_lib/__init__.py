@@ -11,7 +11,7 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import bert, corpus, evidence, hf, inside, lora, moe, quantization, recipes, speech, surgery, vit  # noqa: F401
+from . import bert, corpus, ctc, evidence, hf, inside, lora, moe, quantization, recipes, speech, surgery, vit  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
@@ -53,7 +53,8 @@ _ROOT = (
     "utils",
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
-# BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence
+# BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
+# CTC
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -70,6 +71,7 @@ _SUBMODULES = (
     "chat",
     "alignment",
     "evidence",
+    "ctc",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -41,6 +41,8 @@ LATER = [
     "speech",
     "chat",
     "alignment",
+    "evidence",
+    "ctc",
     "hf",
     "export",
     "recipes",
