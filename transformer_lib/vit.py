@@ -32,6 +32,7 @@ __all__ = [
     "DIGITS_TEST",
     "image_accuracy",
     "cls_attention",
+    "mean_attention_distance",
 ]
 
 POOLS = ("cls", "mean")
@@ -208,3 +209,38 @@ def cls_attention(model: VisionTransformer, images: torch.Tensor, layer: int = -
             handle.remove()
     side = model.image_size // model.patch_size
     return seen[0][:, :, 0, 1:].mean(1).reshape(-1, side, side)  # class token's row, patches only: (B, rows, cols)
+
+
+def mean_attention_distance(
+    weights: torch.Tensor, grid: int | tuple[int, int], patch_size: int, *, per_image: bool = False
+) -> torch.Tensor:
+    """ViT's mean attention distance: how far, in pixels, each head looks from its query patch (Figure 7 of the paper).
+
+    weights (B, h, T, T), one layer's attention as `capture_attention` records it, over a grid of rows x cols
+    patches of patch_size pixels: T = rows * cols, or 1 + rows * cols with a class token in front. The class
+    token is left out as query and as key, and each patch's row is renormalised over the patches (so a head
+    that sends all its attention to the class token has no defined distance: that row counts as 0). For each
+    query patch, the attention-weighted mean of the straight-line distance between patch centres, in pixels;
+    averaged over the query patches -> (B, h) if per_image, else averaged over the images too -> (h,).
+    """
+    rows, cols = (grid, grid) if isinstance(grid, int) else tuple(grid)
+    if rows < 1 or cols < 1 or patch_size < 1:
+        raise ValueError(f"grid and patch_size must be positive, got grid {grid!r} and patch_size {patch_size}")
+    n = rows * cols
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"weights must be self-attention of shape (B, h, T, T), got {got}")
+    if weights.shape[-1] not in (n, n + 1):
+        raise ValueError(
+            f"a {rows} x {cols} grid has {n} patches, so T must be {n} or {n + 1} (with a class token), "
+            f"got weights of shape {tuple(weights.shape)}"
+        )
+    patches = weights[..., -n:, -n:].float()  # (B, h, N, N): the class token, if any, is position 0
+    total = patches.sum(-1, keepdim=True)  # (B, h, N, 1): the share each query gives the patches
+    patches = torch.where(total > 0, patches / total.clamp_min(1e-12), torch.zeros_like(patches))
+    row, col = torch.arange(n, device=weights.device) // cols, torch.arange(n, device=weights.device) % cols
+    centres = torch.stack([row, col], -1).float() * patch_size  # (N, 2): pixels, up to one offset shared by all
+    distance = (centres[:, None] - centres[None]).pow(2).sum(-1).sqrt()  # (N, N): pixels from query to key patch
+    per_query = (patches * distance).sum(-1)  # (B, h, N)
+    per_head = per_query.mean(-1)  # (B, h)
+    return per_head if per_image else per_head.mean(0)  # (B, h) or (h,)

@@ -192,3 +192,54 @@ def test_one_shipped_comparison_is_what_its_run_gives_here():
     history = recipes.train_digits_vit(model, recipes.VIT_STEPS, 1)
     # the same steps on another CPU's kernels: a few of the 597 images may go the other way
     assert abs(history.evals[-1]["test accuracy"] - record["test_accuracy"]) <= 4 / vit.DIGITS_TEST
+
+
+def test_mean_attention_distance_against_a_hand_computation_on_a_two_by_two_grid():
+    eye = torch.eye(4).expand(2, 3, 4, 4)  # (B, h, T, T): every patch attends only to itself
+    torch.testing.assert_close(vit.mean_attention_distance(eye, 2, 3), torch.zeros(3))
+    # uniform over a 2 x 2 grid: from any patch the distances are 0, 1, 1 and sqrt(2) patches, times 3 pixels
+    uniform = torch.full((1, 1, 4, 4), 0.25)
+    expected = 3 * (0 + 1 + 1 + 2**0.5) / 4
+    torch.testing.assert_close(vit.mean_attention_distance(uniform, 2, 3), torch.tensor([expected]))
+    # one head on itself, one uniform: per head, per image
+    both = torch.cat([torch.eye(4)[None, None], uniform], dim=1)  # (1, 2, 4, 4)
+    torch.testing.assert_close(
+        vit.mean_attention_distance(both, (2, 2), 3, per_image=True), torch.tensor([[0, expected]])
+    )
+    # a class token in front is left out and each patch's row renormalised: half on the class token changes nothing
+    with_cls = torch.zeros(1, 1, 5, 5)
+    with_cls[..., 0] = 0.5  # every query gives half to the class token
+    with_cls[..., 1:, 1:] = 0.125  # and the other half evenly to the four patches
+    torch.testing.assert_close(vit.mean_attention_distance(with_cls, 2, 3), torch.tensor([expected]))
+    # a 1 x 3 strip, every patch attending to its right-hand neighbour (the last to the first): 1, 1 and 2 patches
+    shift = torch.tensor([[0.0, 1, 0], [0, 0, 1], [1, 0, 0]])[None, None]
+    torch.testing.assert_close(vit.mean_attention_distance(shift, (1, 3), 2), torch.tensor([2 * 4 / 3]))
+
+
+@pytest.mark.parametrize(
+    "weights, grid, message",
+    [
+        (torch.rand(2, 4, 4), 2, r"shape \(B, h, T, T\), got \(2, 4, 4\)"),
+        (torch.rand(1, 2, 4, 5), 2, r"shape \(B, h, T, T\), got \(1, 2, 4, 5\)"),
+        (torch.rand(1, 2, 7, 7), 2, "a 2 x 2 grid has 4 patches, so T must be 4 or 5"),
+        (torch.rand(1, 2, 4, 4), 0, "must be positive"),
+    ],
+)
+def test_mean_attention_distance_names_what_it_expected(weights, grid, message):
+    with pytest.raises(ValueError, match=message):
+        vit.mean_attention_distance(weights, grid, 2)
+
+
+def test_mean_attention_distance_reads_weights_captured_from_a_vit():
+    from transformer_lib import capture_attention
+
+    torch.manual_seed(0)
+    cfg = vit.vit_config(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=17)
+    model = vit.VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10).eval()
+    with torch.no_grad(), capture_attention(model) as seen:
+        model(torch.rand(3, 1, 8, 8))
+    per_image = vit.mean_attention_distance(seen["encoder.layers.0.self_attn"], 4, 2, per_image=True)
+    assert per_image.shape == (3, 4)
+    torch.testing.assert_close(per_image.mean(0), vit.mean_attention_distance(seen["encoder.layers.0.self_attn"], 4, 2))
+    largest = 2 * (3**2 + 3**2) ** 0.5  # corner to corner of a 4 x 4 grid of 2-pixel patches
+    assert bool((per_image > 0).all()) and bool((per_image < largest).all())
