@@ -346,7 +346,7 @@ def goertzel_power(
     """The power of each frame at each frequency, by Goertzel's recursion: frames (..., N) -> (..., len(frequencies)).
 
     For frequency f, w = 2 pi f / sampling_rate; s[n] = x[n] + 2 cos(w) s[n-1] - s[n-2] over the frame, then
-    power = s[N-1]^2 + s[N-2]^2 - 2 cos(w) s[N-1] s[N-2], which is |sum_n x[n] exp(-i w n)|^2: one term of the
+    power = s[N-1]^2 + s[N-2]^2 - 2 cos(w) s[N-1] s[N-2], which is ``|sum_n x[n] exp(-i w n)|^2``: one term of the
     discrete-time Fourier transform, at any frequency (not only the FFT's bins), for one multiplication a sample.
     Computed in the frames' float dtype.
     """
@@ -369,7 +369,7 @@ def goertzel_power(
 
 
 def dft_power(frames: torch.Tensor, frequencies: Sequence[float], sampling_rate: int = SAMPLING_RATE) -> torch.Tensor:
-    """`goertzel_power`'s numbers as one matrix product: frames (..., N) -> |sum_n x[n] exp(-i w n)|^2 (..., K).
+    """`goertzel_power`'s numbers as one matrix product: frames (..., N) -> ``|sum_n x[n] exp(-i w n)|^2`` (..., K).
 
     The same terms of the discrete-time Fourier transform (w = 2 pi f / sampling_rate), without the loop over
     samples, which makes it the faster of the two in PyTorch. Computed in the frames' float dtype.
