@@ -340,6 +340,18 @@ def touch_tone_batches(
 # ---- a decoder that learns nothing: Goertzel filters, as telephone exchanges decode the keys -------------------
 
 
+def _filter_frequencies(frames: torch.Tensor, frequencies: Sequence[float], sampling_rate: int) -> torch.Tensor:
+    """The checks `goertzel_power` and `dft_power` share; returns the frequencies as a float64 tensor (K,)."""
+    if not isinstance(frames, torch.Tensor) or not frames.is_floating_point() or frames.dim() < 1:
+        raise TypeError("frames must be a float tensor (..., N) of samples")
+    if not (isinstance(sampling_rate, int) and sampling_rate > 0):
+        raise ValueError(f"sampling_rate must be a positive int, got {sampling_rate!r}")
+    f = torch.as_tensor(frequencies, dtype=torch.float64).flatten()  # (K,)
+    if f.numel() == 0 or not ((f >= 0) & (f <= sampling_rate / 2)).all():
+        raise ValueError(f"frequencies must lie between 0 and sampling_rate / 2 = {sampling_rate / 2:g} Hz")
+    return f
+
+
 def goertzel_power(
     frames: torch.Tensor, frequencies: Sequence[float], sampling_rate: int = SAMPLING_RATE
 ) -> torch.Tensor:
@@ -350,13 +362,7 @@ def goertzel_power(
     discrete-time Fourier transform, at any frequency (not only the FFT's bins), for one multiplication a sample.
     Computed in the frames' float dtype.
     """
-    if not isinstance(frames, torch.Tensor) or not frames.is_floating_point() or frames.dim() < 1:
-        raise TypeError("frames must be a float tensor (..., N) of samples")
-    if not (isinstance(sampling_rate, int) and sampling_rate > 0):
-        raise ValueError(f"sampling_rate must be a positive int, got {sampling_rate!r}")
-    f = torch.as_tensor(frequencies, dtype=torch.float64).flatten()  # (K,)
-    if f.numel() == 0 or not ((f >= 0) & (f <= sampling_rate / 2)).all():
-        raise ValueError(f"frequencies must lie between 0 and sampling_rate / 2 = {sampling_rate / 2:g} Hz")
+    f = _filter_frequencies(frames, frequencies, sampling_rate)  # (K,)
     coefficient = (2 * torch.cos(2 * math.pi * f / sampling_rate)).to(frames)[:, None]  # (K, 1)
     *batch, N = frames.shape
     x = frames.reshape(-1, N).T.contiguous()  # (N, M): sample n of every frame, side by side
@@ -374,13 +380,7 @@ def dft_power(frames: torch.Tensor, frequencies: Sequence[float], sampling_rate:
     The same terms of the discrete-time Fourier transform (w = 2 pi f / sampling_rate), without the loop over
     samples, which makes it the faster of the two in PyTorch. Computed in the frames' float dtype.
     """
-    if not isinstance(frames, torch.Tensor) or not frames.is_floating_point() or frames.dim() < 1:
-        raise TypeError("frames must be a float tensor (..., N) of samples")
-    if not (isinstance(sampling_rate, int) and sampling_rate > 0):
-        raise ValueError(f"sampling_rate must be a positive int, got {sampling_rate!r}")
-    f = torch.as_tensor(frequencies, dtype=torch.float64).flatten()  # (K,)
-    if f.numel() == 0 or not ((f >= 0) & (f <= sampling_rate / 2)).all():
-        raise ValueError(f"frequencies must lie between 0 and sampling_rate / 2 = {sampling_rate / 2:g} Hz")
+    f = _filter_frequencies(frames, frequencies, sampling_rate)  # (K,)
     angle = 2 * math.pi * torch.arange(frames.shape[-1], dtype=torch.float64)[:, None] * f / sampling_rate  # (N, K)
     basis = torch.cat([angle.cos(), angle.sin()], dim=1).to(frames)  # (N, 2K): the real and imaginary parts
     parts = frames @ basis  # (..., 2K)
