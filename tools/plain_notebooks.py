@@ -25,6 +25,7 @@ from pathlib import Path
 
 import nbformat
 import pybtex.database
+import pybtex.plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "colab"
@@ -42,12 +43,13 @@ ROLE = re.compile(r"\{(?P<role>[a-z]+(?::[a-z]+)?)\}`(?P<target>[^`]+)`")
 def bibliography(path: Path = ROOT / "references.bib") -> dict[str, tuple[str, str]]:
     """key -> (authors as cited, year), e.g. 'vaswani2017attention' -> ('Vaswani et al.', '2017')."""
     entries = {}
+    text = pybtex.plugin.find_plugin("pybtex.backends", "text")()  # once: each lookup scans every installed package
     for key, entry in pybtex.database.parse_file(path).entries.items():
         authors, year = entry.persons.get("author"), entry.fields.get("year")
         if not (authors and year):
             continue
         # the surname with its "von" part, LaTeX accents as letters: M{\"u}ller -> Müller
-        last = [" ".join(str(n.render_as("text")) for n in p.rich_prelast_names + p.rich_last_names) for p in authors]
+        last = [" ".join(n.render(text) for n in p.rich_prelast_names + p.rich_last_names) for p in authors]
         cited = last[0] if len(last) == 1 else f"{last[0]} and {last[1]}" if len(last) == 2 else f"{last[0]} et al."
         entries[key] = (cited, year)
     return entries

@@ -1,6 +1,6 @@
 """Write docs/results.md from the reports of a real run. The README links to it; nobody edits it by hand.
 
-    make results                 # runs `make test` and `make benchmark`, then this tool
+    make results                 # runs `make test`, `make benchmark` and a timed `make check`, then this tool
     python tools/results.py      # only this tool, over the reports already in _build/reports
 
 It reads what those runs leave in _build/reports/: pytest's JUnit XML per stage (test counts), the
@@ -128,6 +128,7 @@ def benchmarks(reports: Path) -> list[str]:
         "benchmark-attention": "Attention and cached decoding (benchmarks/attention.py)",
         "benchmark-optimizer": "AdamW's first step in a fresh process (benchmarks/optimizer.py)",
         "benchmark-playground": "The language-model playground in headless Chromium (benchmarks/playground.py)",
+        "benchmark-check": "The fast loop (make check)",
     }
     for stem, what in scripts.items():
         path = reports / f"{stem}.txt"

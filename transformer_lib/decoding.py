@@ -4,7 +4,7 @@ The functions take the model as their first argument; `DecoderOnlyLM.generate`,
 `Transformer.greedy_decode` and `Transformer.beam_search` call them. This module sits below models.py
 and never imports it: a model is anything with the methods a rule calls (a decoder-only model is called
 on tokens and has `new_cache` and `config`; an encoder-decoder has `encode`, `decode`, `make_src_mask`,
-`new_cache`, `new_cross_cache` and `pad_id`).
+`new_cache`, `new_cross_cache` and `pad_id`, and may have `plain_step`).
 
     out = generate(lm, prompt, max_new_tokens=50, temperature=0.8, top_k=20)  # decoder-only
     out = greedy_decode(model, src, bos_id, eos_id, max_new_tokens=10)  # encoder-decoder
@@ -164,6 +164,9 @@ def greedy_decode(
     The encoder runs once. With use_cache, each step feeds only the newest token: the decoder's
     self-attention reads earlier keys and values from a KVCache, and its cross-attention projects
     the memory's keys and values once, at the first step. The tokens are the same either way.
+    Where the model offers it (`Transformer.plain_step`), the cached loop runs each step as plain
+    functions over the weights: the same numbers, without nn.Module's dispatch, which at batch 1
+    costs more than the arithmetic. A hook or training mode turns that off (the modules then run).
 
     The model may emit any id, the padding id included: a generated token is context like any other,
     never masked as padding. A row is finished because the loop recorded its EOS (`done`), and only
@@ -178,15 +181,21 @@ def greedy_decode(
     B = src.shape[0]
     out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    caches = model.new_cache(capacity=max(max_new_tokens, 1)) if use_cache else None  # the last token is not fed
-    cross_caches = model.new_cross_cache() if use_cache else None
-    for _ in range(max_new_tokens):
-        step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
-        # causal only, as with the cache: a generated pad_id is a token, not padding to hide
-        tgt_mask = None if use_cache else causal_mask(out.shape[1], device=out.device)  # (t, t)
-        # checked=True: BOS was checked once, above, and every later id is the model's own choice
-        logits = model.decode(step_input, memory, src_mask, tgt_mask, caches, cross_caches, checked=True)
-        logits = logits[:, -1]  # (B, t, V) -> (B, V)
+    capacity = max(max_new_tokens, 1)  # the last token is not fed
+    plain_step = getattr(model, "plain_step", None)
+    step = plain_step(memory, src_mask, capacity) if use_cache and plain_step is not None else None
+    caches = model.new_cache(capacity=capacity) if use_cache and step is None else None
+    cross_caches = model.new_cross_cache() if use_cache and step is None else None
+    for t in range(max_new_tokens):
+        if step is not None:  # both caches, the same numbers without module dispatch (Transformer.plain_step)
+            logits = step(out[:, -1:], t)  # (B, V)
+        else:
+            step_input = out[:, -1:] if use_cache else out  # (B, 1) or (B, t)
+            # causal only, as with the cache: a generated pad_id is a token, not padding to hide
+            tgt_mask = None if use_cache else causal_mask(out.shape[1], device=out.device)  # (t, t)
+            # checked=True: BOS was checked once, above, and every later id is the model's own choice
+            logits = model.decode(step_input, memory, src_mask, tgt_mask, caches, cross_caches, checked=True)
+            logits = logits[:, -1]  # (B, t, V) -> (B, V)
         next_id = logits.argmax(dim=-1)  # (B,)
         next_id = next_id.masked_fill(done, model.pad_id)
         out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)

@@ -6,19 +6,24 @@ methods `generate`, `greedy_decode` and `beam_search` call it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from . import decoding
 from .attention import KVCache
 from .config import TransformerConfig, resolve_config
-from .decoder import Decoder
+from .decoder import Decoder, plain_decoder_step, plain_function, runs_as_written
 from .embedding import TokenEmbedding, check_token_batch
 from .encoder import Encoder
 from .masks import causal_mask, padding_mask, target_mask
 from .positional import LearnedPositionalEncoding, RotaryPositions, SinusoidalPositionalEncoding
 
 __all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegressor", "DecoderOnlyLM"]
+
+
+_ADDED = (SinusoidalPositionalEncoding, LearnedPositionalEncoding)  # positions added to the embeddings
 
 
 def _positional(cfg: TransformerConfig) -> nn.Module:
@@ -119,6 +124,29 @@ class Transformer(nn.Module):
     def new_cross_cache(self) -> list[KVCache]:
         """One empty static KVCache per decoder layer: cross-attention keys and values, computed once per source."""
         return [KVCache(static=True) for _ in self.decoder.layers]
+
+    def plain_step(
+        self, memory: torch.Tensor, src_mask: torch.Tensor | None, capacity: int
+    ) -> Callable[[torch.Tensor, int], torch.Tensor] | None:
+        """greedy_decode's cached step as plain functions: (ids (B, 1), position) -> logits (B, V_tgt), or None.
+
+        The same numbers as `decode` with caches and cross caches, without nn.Module's dispatch on every
+        call (`decoder.plain_decoder_step`); None where the modules must run as modules (a hook, training
+        mode, a subclass that changes decoding) or the decoder is one the plain step does not reproduce.
+        """
+        plain = type(self).decode is Transformer.decode and runs_as_written(self)
+        if not plain or type(self.tgt_embed) is not TokenEmbedding or type(self.tgt_pos) not in _ADDED:
+            return None
+        layers = plain_decoder_step(self.decoder, memory, src_mask, capacity)
+        if layers is None:
+            return None
+        embed, positions, head = self.tgt_embed.forward, self.tgt_pos.forward, plain_function(self.head)
+
+        def step(ids: torch.Tensor, position: int) -> torch.Tensor:
+            x = positions(embed(ids, checked=True), offset=position)  # (B, 1, d_model)
+            return head(layers(x))[:, -1]  # (B, 1, d_model) -> (B, V_tgt)
+
+        return step
 
     def greedy_decode(
         self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True

@@ -176,6 +176,7 @@ def test_a_point_of_the_learning_curve_is_reproduced_by_its_method():
     assert result["test accuracy"] == pytest.approx(shipped, abs=0.02)
 
 
+@pytest.mark.slow
 def test_the_sweep_tool_skips_what_the_file_holds_and_refuses_unknown_methods(tmp_path, monkeypatch):
     import finetune_runs  # tools/ is on pytest's pythonpath
 

@@ -76,7 +76,12 @@ NB = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES + NB, ids=lambda c: c[0])
+HEAVY = ("check_embed", "check_shuffled_accuracy")  # about 2 s each: make test runs them, make check does not
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c[0] in HEAVY else c for c in CASES + NB], ids=lambda c: c[0]
+)
 def test_an_answer_for_the_first_row_only_is_rejected(case):
     name, where, solution, batch_args = case
     if where.startswith("test_"):

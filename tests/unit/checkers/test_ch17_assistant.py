@@ -58,9 +58,11 @@ SOLUTIONS = [
     (kl_drift, ex17.check_kl_drift),
 ]
 CHECKS = [check for _, check in SOLUTIONS]
+# check_kl_drift samples and scores answers of five model pairs (about 2 s): make test runs it, make check does not
+SLOW = [pytest.param(*pair, marks=pytest.mark.slow) if pair[1] is ex17.check_kl_drift else pair for pair in SOLUTIONS]
 
 
-@pytest.mark.parametrize(("solution", "check"), SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize(("solution", "check"), SLOW, ids=lambda x: getattr(x, "__name__", ""))
 def test_a_straightforward_solution_passes(solution, check):
     assert check(solution) == CORRECT
 
@@ -92,7 +94,7 @@ def test_a_failing_input_is_named(check, wrong, named):
     assert named in verdict
 
 
-@pytest.mark.parametrize(("solution", "check"), SOLUTIONS, ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize(("solution", "check"), SLOW, ids=lambda x: getattr(x, "__name__", ""))
 def test_a_check_leaves_torchs_random_state_and_threads_as_they_were(solution, check):
     threads = torch.get_num_threads()
     state = torch.random.get_rng_state()
@@ -624,6 +626,7 @@ def test_kl_drift_other_routes_pass(right):
     assert ex17.check_kl_drift(right) == CORRECT
 
 
+@pytest.mark.slow
 def test_the_drift_cases_span_zero_small_and_large_and_the_base_models_answers_are_cut():
     with ex17.one_thread():  # as the checker runs: a few hundredths of a second, not a minute on a busy machine
         wants = [ex17._wanted(case) for case in ex17._DRIFT_CASES]
