@@ -54,7 +54,7 @@ _ROOT = (
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
-# CTC
+# CTC, BART's noising
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -72,6 +72,7 @@ _SUBMODULES = (
     "alignment",
     "evidence",
     "ctc",
+    "bart",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -43,6 +43,7 @@ LATER = [
     "alignment",
     "evidence",
     "ctc",
+    "bart",
     "hf",
     "export",
     "recipes",

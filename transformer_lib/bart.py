@@ -1,0 +1,139 @@
+"""BART (Lewis et al., 2020): an encoder-decoder pre-trained to mend text that was broken on purpose.
+
+The model reads a corrupted line and writes the whole original line back, so pre-training needs no
+labels: the text is its own target. What makes BART is the corruption, and this module starts with it.
+Each function takes one line of ids, (S,), and returns the corrupted line, whose length may differ:
+
+- `text_infilling`: spans with Poisson(3) lengths cover about 30% of the tokens, and each span becomes
+  one mask, so the model must also work out how many tokens are missing. A span of length 0 inserts a
+  mask where nothing is missing. (BART's best setting, with `sentence_permutation`.)
+- `sentence_permutation`: the sentences of the line in a random order.
+- `token_deletion`: each token dropped with a probability; the model must find where.
+
+`infilling_spans` draws the spans that `text_infilling` applies, so that their statistics can be
+tested (the lengths are Poisson, a share of e^-3 of them empty, the masked share is the one asked).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["infilling_spans", "apply_spans", "text_infilling", "sentence_permutation", "token_deletion"]
+
+
+def _check_line(tokens: torch.Tensor) -> None:
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.dtype not in (torch.long, torch.int):
+        got = (
+            f"{type(tokens).__name__}"
+            if not isinstance(tokens, torch.Tensor)
+            else f"{tokens.dtype} {tuple(tokens.shape)}"
+        )
+        raise ValueError(f"tokens must be one line of integer ids, shape (S,), got {got}")
+
+
+def _check_id(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int (a token id), got {value!r}")
+
+
+def infilling_spans(
+    length: int, ratio: float = 0.3, poisson_lambda: float = 3.0, generator: torch.Generator | None = None
+) -> list[tuple[int, int]]:
+    """The spans text infilling replaces in a line of `length` tokens: [(start, span length), ...] in order.
+
+    round(ratio * length) tokens are covered. Span lengths are drawn from Poisson(poisson_lambda)
+    until they cover that many; the last one is cut to fit. Spans of length 0 stay: each is a mask
+    inserted between two tokens. The spans go to distinct gaps between the tokens left unmasked,
+    every choice of gaps equally likely, so no two spans touch and each becomes exactly one mask. When
+    there are more spans than gaps (a short line, a high ratio), the extra spans join drawn ones.
+    """
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be a non-negative int, got {length!r}")
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"ratio must be in [0, 1): the share of tokens to mask, got {ratio!r}")
+    if not poisson_lambda > 0:
+        raise ValueError(f"poisson_lambda must be positive (BART uses 3), got {poisson_lambda!r}")
+    to_mask = round(ratio * length)
+    lengths: list[int] = []
+    rate = torch.tensor([float(poisson_lambda)])
+    while sum(lengths) < to_mask:
+        lengths.append(int(torch.poisson(rate, generator=generator).item()))
+    if lengths:
+        lengths[-1] -= sum(lengths) - to_mask  # the last span cut so that exactly to_mask tokens are covered
+    gaps = length - to_mask + 1  # the places between (and around) the tokens that stay
+    if len(lengths) > gaps:  # more spans than places: the extra ones merge into spans already placed
+        extra = lengths[gaps:]
+        lengths = lengths[:gaps]
+        owners = torch.randint(gaps, (len(extra),), generator=generator).tolist()
+        for owner, size in zip(owners, extra):
+            lengths[owner] += size
+    order = torch.randperm(len(lengths), generator=generator).tolist()  # which span goes to which chosen gap
+    chosen = sorted(torch.randperm(gaps, generator=generator)[: len(lengths)].tolist())
+    spans, start, kept_before = [], 0, 0
+    for gap, which in zip(chosen, order):
+        start += gap - kept_before  # the unmasked tokens between the previous span and this gap
+        kept_before = gap
+        spans.append((start, lengths[which]))
+        start += lengths[which]
+    return spans
+
+
+def apply_spans(tokens: torch.Tensor, spans: list[tuple[int, int]], mask_id: int) -> torch.Tensor:
+    """tokens (S,) -> (S',): each (start, length) span replaced by one mask_id (length 0: a mask inserted)."""
+    _check_line(tokens)
+    _check_id(mask_id, "mask_id")
+    pieces, at = [], 0
+    mask = tokens.new_tensor([mask_id])
+    for start, size in spans:
+        if start < at or size < 0 or start + size > tokens.numel():
+            raise ValueError(f"spans must be in order, apart and inside the line of {tokens.numel()}, got {spans}")
+        pieces += [tokens[at:start], mask]
+        at = start + size
+    pieces.append(tokens[at:])
+    return torch.cat(pieces)  # (S - covered + number of spans,)
+
+
+def text_infilling(
+    tokens: torch.Tensor,
+    mask_id: int,
+    ratio: float = 0.3,
+    poisson_lambda: float = 3.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """BART's text infilling: tokens (S,) -> (S',), spans covering round(ratio * S) tokens each one mask_id.
+
+    The spans are `infilling_spans`'s. The target for the model is the untouched line.
+    """
+    _check_line(tokens)
+    return apply_spans(tokens, infilling_spans(tokens.numel(), ratio, poisson_lambda, generator), mask_id)
+
+
+def sentence_permutation(
+    tokens: torch.Tensor, end_ids: tuple[int, ...] | list[int], generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """tokens (S,) -> (S,): the line's sentences shuffled, every order equally likely.
+
+    A sentence ends after any id in end_ids (full stop, question and exclamation marks); words after
+    the last end form a sentence of their own. Each sentence keeps its words in order.
+    """
+    _check_line(tokens)
+    if not end_ids:
+        raise ValueError("end_ids must name at least one id that ends a sentence")
+    for i in end_ids:
+        _check_id(i, "each of end_ids")
+    ends = torch.isin(tokens, tokens.new_tensor(list(end_ids))).nonzero().flatten() + 1  # (n,): one past each end
+    bounds = [0, *[e for e in ends.tolist() if e < tokens.numel()], tokens.numel()]
+    sentences = [tokens[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    if len(sentences) < 2:
+        return tokens.clone()
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    return torch.cat([sentences[i] for i in order])  # (S,)
+
+
+def token_deletion(tokens: torch.Tensor, rate: float = 0.1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """tokens (S,) -> (S',): each token dropped alone with probability `rate`; the rest keep their order."""
+    _check_line(tokens)
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"rate must be in [0, 1): the probability of dropping each token, got {rate!r}")
+    keep = torch.rand(tokens.shape, generator=generator) >= rate  # (S,)
+    return tokens[keep]
