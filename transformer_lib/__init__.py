@@ -54,7 +54,7 @@ _ROOT = (
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
-# CTC, BART's noising
+# CTC, BART's noising, wav2vec 2.0's parts
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -73,6 +73,7 @@ _SUBMODULES = (
     "evidence",
     "ctc",
     "bart",
+    "wav2vec2",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -44,6 +44,7 @@ LATER = [
     "evidence",
     "ctc",
     "bart",
+    "wav2vec2",
     "hf",
     "export",
     "recipes",
