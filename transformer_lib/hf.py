@@ -1,4 +1,5 @@
-"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper.
+"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper,
+wav2vec 2.0.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
 names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
@@ -26,6 +27,9 @@ claims it, in the order they are registered). Adding a family is one new section
   bert.BertClassifier.
 - **ViT** is a pre-LN encoder that reads image patches through a strided convolution, with a class
   token and learned positions: ViTForImageClassification becomes our vit.VisionTransformer.
+- **wav2vec 2.0** reads raw samples through convolutions, with positions from a grouped convolution and
+  the 2017 encoder (post-LN, or pre-LN in the "stable" variant): Wav2Vec2ForCTC becomes our
+  wav2vec2.Wav2Vec2ForCTC (transformer_lib.wav2vec2 lists what changes).
 - **Whisper** is a pre-LN encoder-decoder: a convolutional stem and fixed sinusoids in front of the
   encoder, learned positions and a tied output layer on the decoder, no bias on the key projections:
   WhisperForConditionalGeneration becomes our speech.SpeechTranscriber.
@@ -55,6 +59,7 @@ from .speech import SpeechTranscriber, speech_config, whisper_positions
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
 from .tokenization import CharTokenizer
 from .vit import VisionTransformer, vit_config
+from .wav2vec2 import Wav2Vec2ForCTC, wav2vec2_config
 
 __all__ = [
     "from_hf",
@@ -993,6 +998,138 @@ def _whisper_save(ours: nn.Module) -> nn.Module:
     return hf.eval()
 
 
+# ---- wav2vec 2.0: samples through convolutions, then the 2017 encoder, with a CTC head ---------------------------
+# (transformer_lib.wav2vec2 says what is new.) The positional convolution keeps its weight norm in both, as the same
+# two tensors (a length per tap and a direction). Only clips read whole: ours takes no attention_mask.
+
+
+def _wav2vec2_config(hf_config) -> TransformerConfig:
+    """A Wav2Vec2Config -> our config; refuses by name what ours does not build."""
+    checks = {
+        "hidden_act": (hf_config.hidden_act, "gelu"),
+        "feat_extract_activation": (hf_config.feat_extract_activation, "gelu"),
+        "add_adapter": (hf_config.add_adapter, False),
+        "adapter_attn_dim": (getattr(hf_config, "adapter_attn_dim", None), None),
+        "num_feat_extract_layers": (hf_config.num_feat_extract_layers, len(hf_config.conv_dim)),
+    }
+    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
+    if hf_config.feat_extract_norm not in ("group", "layer"):
+        unsupported["feat_extract_norm"] = hf_config.feat_extract_norm
+    if unsupported:
+        raise ValueError(
+            f"this wav2vec 2.0 differs from what the book builds (exact GELU, a group or layer norm in the "
+            f"convolutions, no adapters): {unsupported}"
+        )
+    return wav2vec2_config(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        eps=hf_config.layer_norm_eps,
+        norm_first=hf_config.do_stable_layer_norm,
+        dropout=0.0,
+    )
+
+
+def _wav2vec2_kwargs(hf_config) -> dict:
+    return dict(
+        conv_dims=tuple(hf_config.conv_dim),
+        kernels=tuple(hf_config.conv_kernel),
+        strides=tuple(hf_config.conv_stride),
+        conv_norm=hf_config.feat_extract_norm,
+        conv_bias=hf_config.conv_bias,
+        pos_kernel=hf_config.num_conv_pos_embeddings,
+        pos_groups=hf_config.num_conv_pos_embedding_groups,
+    )
+
+
+def _wav2vec2_names(
+    conv_layers: int, conv_bias: bool, normed: list[int], norm_first: bool, num_layers: int
+) -> list[tuple[str, str]]:
+    """(our name, Hugging Face's name) for every tensor of Wav2Vec2ForCTC but the mask vector. normed: the
+    convolutions followed by a norm (the first for "group", all for "layer")."""
+    pairs = [("wav2vec2.feature_norm", "wav2vec2.feature_projection.layer_norm")]
+    pairs += [("wav2vec2.projection", "wav2vec2.feature_projection.projection"), ("head", "lm_head")]
+    pairs.append(("wav2vec2.encoder.norm" if norm_first else "wav2vec2.input_norm", "wav2vec2.encoder.layer_norm"))
+    ours_pos, theirs_pos = "wav2vec2.positions.conv", "wav2vec2.encoder.pos_conv_embed.conv"
+    names = [(f"{ours_pos}.bias", f"{theirs_pos}.bias")]
+    names += [
+        (f"{ours_pos}.parametrizations.weight.original{j}", f"{theirs_pos}.parametrizations.weight.original{j}")
+        for j in (0, 1)
+    ]
+    for i in range(conv_layers):
+        ours_i, theirs_i = f"wav2vec2.features.layers.{i}", f"wav2vec2.feature_extractor.conv_layers.{i}"
+        names.append((f"{ours_i}.conv.weight", f"{theirs_i}.conv.weight"))
+        if conv_bias:
+            names.append((f"{ours_i}.conv.bias", f"{theirs_i}.conv.bias"))
+        if i in normed:
+            pairs.append((f"{ours_i}.norm", f"{theirs_i}.layer_norm"))
+    for i in range(num_layers):
+        ours_i, theirs_i = f"wav2vec2.encoder.layers.{i}", f"wav2vec2.encoder.layers.{i}"
+        pairs += [
+            (f"{ours_i}.self_attn.{p}", f"{theirs_i}.attention.{p}") for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+        ]
+        pairs += [(f"{ours_i}.norm1", f"{theirs_i}.layer_norm"), (f"{ours_i}.norm2", f"{theirs_i}.final_layer_norm")]
+        pairs += [
+            (f"{ours_i}.feed_forward.linear1", f"{theirs_i}.feed_forward.intermediate_dense"),
+            (f"{ours_i}.feed_forward.linear2", f"{theirs_i}.feed_forward.output_dense"),
+        ]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _wav2vec2_ours_names(ours: Wav2Vec2ForCTC) -> list[tuple[str, str]]:
+    m = ours.wav2vec2
+    normed = [i for i, layer in enumerate(m.features.layers) if hasattr(layer, "norm")]
+    return _wav2vec2_names(len(m.features.layers), m.conv_bias, normed, ours.config.norm_first, ours.config.num_layers)
+
+
+def _wav2vec2_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    conv = "wav2vec2.feature_extractor.conv_layers"
+    layers = len({k.split(".")[3] for k in theirs if k.startswith(conv + ".")})
+    normed = [i for i in range(layers) if f"{conv}.{i}.layer_norm.weight" in theirs]
+    bias = f"{conv}.0.conv.bias" in theirs
+    state = _renamed(theirs, _flipped(_wav2vec2_names(layers, bias, normed, cfg.norm_first, cfg.num_layers)))
+    if "wav2vec2.masked_spec_embed" in theirs:  # absent where their config turns masking off; ours keeps its own
+        state["wav2vec2.mask_embedding"] = theirs["wav2vec2.masked_spec_embed"]
+    return state
+
+
+def _wav2vec2_save(ours: nn.Module) -> nn.Module:
+    import transformers
+
+    cfg, m = ours.config, ours.wav2vec2
+    hf_config = transformers.Wav2Vec2Config(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.d_ff,
+        hidden_act="gelu",
+        layer_norm_eps=cfg.eps,
+        feat_extract_norm=m.conv_norm,
+        feat_extract_activation="gelu",
+        conv_dim=list(m.conv_dims),
+        conv_kernel=list(m.kernels),
+        conv_stride=list(m.strides),
+        conv_bias=m.conv_bias,
+        num_conv_pos_embeddings=m.pos_kernel,
+        num_conv_pos_embedding_groups=m.pos_groups,
+        do_stable_layer_norm=cfg.norm_first,
+        hidden_dropout=cfg.dropout,
+        attention_dropout=cfg.dropout,
+        activation_dropout=cfg.dropout,
+        feat_proj_dropout=cfg.dropout,
+        final_dropout=cfg.dropout,
+    )
+    _check_architecture(ours, _wav2vec2_config(hf_config), "wav2vec 2.0", head_bias=True)
+    hf = transformers.Wav2Vec2ForCTC(hf_config)
+    state = _renamed(ours.state_dict(), _wav2vec2_ours_names(ours))
+    state["wav2vec2.masked_spec_embed"] = ours.wav2vec2.mask_embedding.detach().clone()
+    hf.load_state_dict(state, strict=True)
+    return hf.eval()
+
+
 # ---- the registry and the two directions ---------------------------------------------------------
 
 # to_hf asks in this order: the interleaved or one-norm parallel model is GPT-J's, a rotary LayerNorm
@@ -1077,12 +1214,49 @@ _register(
         build=lambda cfg, hf: SpeechTranscriber(cfg, n_mels=hf.num_mel_bins, n_frames=2 * hf.max_source_positions),
     )
 )
+_register(
+    Family(
+        "wav2vec 2.0 (CTC)",
+        "Wav2Vec2ForCTC",
+        _wav2vec2_config,
+        _wav2vec2_load,
+        _wav2vec2_save,
+        lambda c: True,
+        ours=Wav2Vec2ForCTC,
+        no_effect=(
+            ("pad_token_id", "CTC's blank for the loss; the logits never read it"),
+            ("ctc_loss_reduction", "how the CTC loss is reduced, not the logits"),
+            ("ctc_zero_infinity", "how the CTC loss treats impossible targets, not the logits"),
+            ("layerdrop", "layers skipped at random in training only"),
+            ("feat_quantizer_dropout", "dropout of pre-training's quantizer input (off at inference)"),
+            ("final_dropout", "dropout before the CTC head (off at inference)"),
+            ("feat_proj_dropout", "dropout (off at inference)"),
+            ("num_codevectors_per_group", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+            ("num_codevector_groups", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+            ("codevector_dim", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+            ("proj_codevector_dim", "pre-training's heads, which Wav2Vec2ForCTC does not build"),
+            ("contrastive_logits_temperature", "pre-training's loss"),
+            ("num_negatives", "pre-training's loss"),
+            ("diversity_loss_weight", "pre-training's loss"),
+            ("tdnn_dim", "the x-vector head only"),
+            ("tdnn_kernel", "the x-vector head only"),
+            ("tdnn_dilation", "the x-vector head only"),
+            ("xvector_output_dim", "the x-vector head only"),
+            ("output_hidden_size", "the adapter's width (no adapter here: add_adapter is refused)"),
+            ("adapter_kernel_size", "the adapter only (refused)"),
+            ("adapter_stride", "the adapter only (refused)"),
+            ("num_adapter_layers", "the adapter only (refused)"),
+        ),
+        build=lambda cfg, hf: Wav2Vec2ForCTC(cfg, **_wav2vec2_kwargs(hf)),
+    )
+)
 
 
 def from_hf(hf_model: nn.Module) -> nn.Module:
     """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
     a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT, a
-    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper. Every field of the model's config is
+    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper, a wav2vec2.Wav2Vec2ForCTC for
+    wav2vec 2.0. Every field of the model's config is
     carried or refused by name: the conversion is written back with to_hf and the two configs compared."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:

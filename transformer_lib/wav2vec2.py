@@ -13,7 +13,14 @@ This module holds those parts, each a function or a small module over plain tens
 - `conv_geometry` and `conv_frames`: the feature encoder's receptive field, hop and output length;
 - `span_mask`: the frames to hide; `sample_negatives`: the distractors;
 - `GumbelQuantizer`: the product quantizer, with its perplexity; `diversity_loss`;
-- `contrastive_logits` and `contrastive_loss`: the objective.
+- `contrastive_logits` and `contrastive_loss`: the objective;
+- `FeatureEncoder`, `ConvPositions`, `Wav2Vec2Model` and `Wav2Vec2ForCTC`: the network, the book's own
+  `Encoder` in the middle. What it changes against the 2017 encoder: samples in, through seven
+  convolutions (GELU; a GroupNorm after the first, or a LayerNorm after each); a LayerNorm and a
+  linear layer to the model width; positions from a grouped convolution over the frames (kernel 128,
+  16 groups, weight-normalised), added once; a LayerNorm before the layers (post-LN, the base model)
+  or after them (pre-LN, the large models' "stable" variant); exact GELU. Weights move to and from
+  `transformers`' Wav2Vec2ForCTC in `transformer_lib.hf`.
 
 `tests/unit/test_wav2vec2.py` checks them against `transformers`' Wav2Vec2ForPreTraining (its quantizer,
 and its loss on the same hidden frames and distractors) and by their statistics.
@@ -24,6 +31,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .config import TransformerConfig, resolve_config
+from .encoder import Encoder
+from .layers import LayerNorm
 
 __all__ = [
     "BASE_KERNELS",
@@ -36,6 +47,11 @@ __all__ = [
     "diversity_loss",
     "contrastive_logits",
     "contrastive_loss",
+    "wav2vec2_config",
+    "FeatureEncoder",
+    "ConvPositions",
+    "Wav2Vec2Model",
+    "Wav2Vec2ForCTC",
 ]
 
 # the paper's feature encoder: seven convolutions with 512 channels over 16 kHz samples
@@ -226,3 +242,152 @@ def contrastive_loss(logits: torch.Tensor, mask: torch.Tensor, reduction: str = 
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     labels = torch.where(mask, 0, IGNORE)  # (B, T)
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
+
+
+# ---- the network ---------------------------------------------------------------------------------
+
+
+def wav2vec2_config(**fields) -> TransformerConfig:
+    """The Transformer of wav2vec 2.0 base in our config (768 wide, 12 layers of 12 heads, exact GELU, post-LN).
+
+    vocab_size is the CTC head's size (the characters and the blank); norm_first=True is the large
+    models' "stable layer norm" variant. Positions come from `ConvPositions`, so config.positional and
+    max_len are not read.
+    """
+    base = dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, activation="gelu", dropout=0.1, pad_id=None)
+    # positional="learned" only so that odd widths pass the config's rule for sinusoids: no table is built or read
+    base |= dict(scale_embedding=False, norm_first=False, final_norm=None, vocab_size=32, positional="learned")
+    return TransformerConfig(**(base | fields))
+
+
+class FeatureEncoder(nn.Module):
+    """Samples (B, L) -> features (B, conv_dims[-1], T): 1-D convolutions without padding, each followed by GELU.
+
+    norm="group": a GroupNorm with one group per channel after the first convolution only (wav2vec 2.0
+    base); "layer": a LayerNorm over the channels after every one (the large models). T is
+    `conv_frames(L, kernels, strides)`.
+    """
+
+    def __init__(self, conv_dims, kernels=BASE_KERNELS, strides=BASE_STRIDES, norm: str = "group", bias: bool = False):
+        super().__init__()
+        _check_convs(kernels, strides)
+        if len(conv_dims) != len(kernels) or any(
+            isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in conv_dims
+        ):
+            raise ValueError(f"conv_dims must be one positive int per kernel ({len(kernels)}), got {tuple(conv_dims)}")
+        if norm not in ("group", "layer"):
+            raise ValueError(f"norm must be 'group' or 'layer', got {norm!r}")
+        self.norm_kind = norm
+        self.layers = nn.ModuleList()
+        for i, (c, k, s) in enumerate(zip(conv_dims, kernels, strides)):
+            layer = nn.Module()
+            layer.conv = nn.Conv1d(conv_dims[i - 1] if i else 1, c, k, stride=s, bias=bias)
+            if norm == "layer":
+                layer.norm = nn.LayerNorm(c)
+            elif i == 0:
+                layer.norm = nn.GroupNorm(c, c)  # each channel normalised over time on its own
+            self.layers.append(layer)
+
+    def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        """samples (B, L) -> (B, C, T)."""
+        if samples.dim() != 2 or not samples.is_floating_point():
+            raise ValueError(f"samples must be floats of shape (B, L), got {samples.dtype} {tuple(samples.shape)}")
+        x = samples[:, None]  # (B, 1, L)
+        for layer in self.layers:
+            x = layer.conv(x)  # (B, C, T_i)
+            if self.norm_kind == "layer":
+                x = layer.norm(x.transpose(1, 2)).transpose(1, 2)  # normalised over the channels of each frame
+            elif hasattr(layer, "norm"):
+                x = layer.norm(x)
+            x = F.gelu(x)
+        return x
+
+
+class ConvPositions(nn.Module):
+    """Relative positions from the frames themselves: x (B, T, d) -> (B, T, d), GELU(grouped conv(x)).
+
+    A convolution over time, `kernel` frames wide, in `groups` groups of channels, its weight
+    normalised (a direction and a length per tap, `torch.nn.utils.parametrizations.weight_norm` over
+    dimension 2). Padded by kernel // 2 on each side; an even kernel makes one frame too many, and
+    the last is dropped, so the output has T frames.
+    """
+
+    def __init__(self, d_model: int, kernel: int = 128, groups: int = 16):
+        super().__init__()
+        if d_model % groups:
+            raise ValueError(f"d_model must be divisible by the groups, got d_model={d_model} and groups={groups}")
+        conv = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=groups)
+        self.conv = nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+        self.kernel = kernel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d)."""
+        y = self.conv(x.transpose(1, 2))  # (B, d, T + 1 - kernel % 2)
+        if self.kernel % 2 == 0:
+            y = y[:, :, :-1]  # (B, d, T)
+        return F.gelu(y).transpose(1, 2)  # (B, T, d)
+
+
+class Wav2Vec2Model(nn.Module):
+    """Samples (B, L) -> (hidden (B, T, d_model), features (B, T, conv_dims[-1])).
+
+    features: the convolutions' output after its LayerNorm, what the quantizer reads in pre-training.
+    mask (B, T) bool: frames replaced by the learned mask vector before the Transformer (pre-training).
+    Every clip of a batch is read whole: this model takes no padding.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig | None = None,
+        conv_dims=(512,) * 7,
+        kernels=BASE_KERNELS,
+        strides=BASE_STRIDES,
+        conv_norm: str = "group",
+        conv_bias: bool = False,
+        pos_kernel: int = 128,
+        pos_groups: int = 16,
+        **overrides,
+    ):
+        super().__init__()
+        cfg = self.config = resolve_config(config if config is not None else wav2vec2_config(), overrides)
+        if cfg.final_norm != cfg.norm_first:
+            raise ValueError("wav2vec 2.0 has one norm around its layers: final_norm must equal norm_first")
+        self.conv_dims, self.kernels, self.strides = tuple(conv_dims), tuple(kernels), tuple(strides)
+        self.conv_norm, self.conv_bias, self.pos_kernel, self.pos_groups = conv_norm, conv_bias, pos_kernel, pos_groups
+        self.features = FeatureEncoder(conv_dims, kernels, strides, conv_norm, conv_bias)
+        self.feature_norm = LayerNorm(conv_dims[-1], cfg.eps)
+        self.projection = nn.Linear(conv_dims[-1], cfg.d_model)
+        self.mask_embedding = nn.Parameter(torch.rand(cfg.d_model))  # what a hidden frame reads as
+        self.positions = ConvPositions(cfg.d_model, pos_kernel, pos_groups)
+        self.input_norm = None if cfg.norm_first else LayerNorm(cfg.d_model, cfg.eps)  # post-LN: before the layers
+        self.encoder = Encoder(cfg)  # pre-LN: its final norm is the one norm after the layers
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, samples: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.feature_norm(self.features(samples).transpose(1, 2))  # (B, C, T) -> (B, T, C)
+        x = self.dropout(self.projection(features))  # (B, T, d_model)
+        if mask is not None:
+            if mask.shape != x.shape[:2] or mask.dtype != torch.bool:
+                raise ValueError(
+                    f"mask must be bool of shape {tuple(x.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}"
+                )
+            x = torch.where(mask[..., None], self.mask_embedding.to(x.dtype), x)
+        x = x + self.positions(x)
+        if self.input_norm is not None:
+            x = self.input_norm(x)
+        return self.encoder(self.dropout(x)), features
+
+
+class Wav2Vec2ForCTC(nn.Module):
+    """wav2vec 2.0 with a linear CTC head: samples (B, L) -> logits (B, T, vocab_size), the blank among them."""
+
+    def __init__(self, config: TransformerConfig | None = None, **model_kwargs):
+        super().__init__()
+        self.wav2vec2 = Wav2Vec2Model(config, **model_kwargs)
+        self.config = self.wav2vec2.config
+        self.dropout = nn.Dropout(self.config.dropout)
+        self.head = nn.Linear(self.config.d_model, self.config.vocab_size)
+
+    def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.wav2vec2(samples)
+        return self.head(self.dropout(hidden))  # (B, T, vocab_size)

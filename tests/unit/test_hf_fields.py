@@ -59,6 +59,12 @@ SMALL = {
         | dict(max_source_positions=16, max_target_positions=16, decoder_start_token_id=1, pad_token_id=0)
         | dict(bos_token_id=1, eos_token_id=2, begin_suppress_tokens=None),
     ),
+    "Wav2Vec2ForCTC": (
+        "Wav2Vec2Config",
+        dict(vocab_size=9, hidden_size=12, num_hidden_layers=2, num_attention_heads=3, intermediate_size=20)
+        | dict(conv_dim=(6, 7), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=4)
+        | dict(num_conv_pos_embedding_groups=2, codevector_dim=8, proj_codevector_dim=8),
+    ),
 }
 # the other values of the fields that name a choice
 CHOICES = {
@@ -71,6 +77,11 @@ CHOICES = {
     ],
     "image_size": [(8, 12)],
     "patch_size": [(4, 2)],
+    "feat_extract_norm": ["group", "layer"],
+    "feat_extract_activation": ["gelu", "relu", "gelu_new"],
+    "conv_dim": [[6, 9], [5, 7]],
+    "conv_kernel": [[9, 4], [10, 2]],
+    "conv_stride": [[4, 3], [5, 1]],
 }
 SKIP = {"model_type", "transformers_version", "architectures", "_name_or_path", "id2label", "label2id", "dtype"}
 
@@ -83,6 +94,9 @@ def _outputs(model, config, kind: str, ours: bool):
         size = config.image_size if isinstance(config.image_size, tuple | list) else (config.image_size,) * 2
         images = torch.randn(2, config.num_channels, *size, generator=g)
         return model(images) if ours else model(pixel_values=images).logits
+    if kind == "Wav2Vec2ForCTC":
+        samples = torch.randn(2, 170, generator=g)
+        return model(samples) if ours else model(input_values=samples).logits
     pad = getattr(config, "pad_token_id", None)
     ids = torch.randint(0, config.vocab_size - 1, (2, 7), generator=g)
     if pad is not None:

@@ -189,3 +189,63 @@ def test_distractors_come_from_the_other_hidden_frames_of_the_same_clip_uniforml
 def test_bad_input_is_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wav2vec2_for_ctc_converts_both_ways_with_the_same_logits_on_random_configurations(seed):
+    from transformer_lib.hf import from_hf, to_hf
+
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(*options):
+        return options[int(torch.randint(len(options), (1,), generator=g))]
+
+    heads = pick(1, 3, 4)
+    layers = pick(1, 2)
+    config = transformers.Wav2Vec2Config(
+        vocab_size=pick(5, 9, 32),
+        hidden_size=heads * pick(3, 5),  # odd widths too
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=pick(7, 20),
+        conv_dim=[pick(5, 8) for _ in range(3)],
+        conv_kernel=[pick(10, 7), pick(3, 2), pick(3, 2)],
+        conv_stride=[pick(5, 3), 2, pick(2, 1)],
+        conv_bias=pick(False, True),
+        feat_extract_norm=pick("group", "layer"),
+        do_stable_layer_norm=pick(False, True),
+        num_conv_pos_embeddings=pick(4, 5),
+        num_conv_pos_embedding_groups=pick(1, heads),
+        layer_norm_eps=pick(1e-5, 1e-6),
+    )
+    torch.manual_seed(seed)
+    theirs = transformers.Wav2Vec2ForCTC(config).eval()
+    ours = from_hf(theirs)
+    samples = torch.randn(2, 300, generator=g)
+    with torch.no_grad():
+        want = theirs(input_values=samples).logits
+        assert (
+            ours(samples).shape
+            == want.shape
+            == (2, w2v.conv_frames(300, config.conv_kernel, config.conv_stride), config.vocab_size)
+        )
+        torch.testing.assert_close(ours(samples), want, atol=1e-5, rtol=0)
+        back = to_hf(ours)
+        torch.testing.assert_close(back(input_values=samples).logits, want, atol=1e-5, rtol=0)
+        mask = w2v.span_mask(2, want.shape[1], start_prob=0.2, span=2, min_spans=1, generator=g)
+        hidden, features = ours.wav2vec2(samples, mask)
+        out = theirs.wav2vec2(input_values=samples, mask_time_indices=mask)
+        torch.testing.assert_close(hidden, out.last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(features, out.extract_features, atol=1e-5, rtol=0)
+    assert type(back).__name__ == "Wav2Vec2ForCTC" and back.config.do_stable_layer_norm == config.do_stable_layer_norm
+
+
+def test_what_the_book_does_not_build_is_refused_by_name():
+    from transformer_lib.hf import from_hf
+
+    small = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, conv_dim=(4,))
+    small |= dict(conv_kernel=(4,), conv_stride=(2,), num_conv_pos_embeddings=2, num_conv_pos_embedding_groups=1)
+    for field, value in (("hidden_act", "relu"), ("feat_extract_activation", "relu"), ("add_adapter", True)):
+        theirs = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(**small, **{field: value})).eval()
+        with pytest.raises(ValueError, match=field):
+            from_hf(theirs)
