@@ -11,7 +11,8 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import bert, corpus, ctc, evidence, hf, inside, lora, moe, quantization, recipes, speech, surgery, vit  # noqa: F401
+from . import bart, bert, corpus, ctc, evidence, hf, inside, lora, moe, quantization, recipes  # noqa: F401
+from . import speech, surgery, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403

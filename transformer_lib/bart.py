@@ -12,13 +12,38 @@ Each function takes one line of ids, (S,), and returns the corrupted line, whose
 
 `infilling_spans` draws the spans that `text_infilling` applies, so that their statistics can be
 tested (the lengths are Poisson, a share of e^-3 of them empty, the masked share is the one asked).
+
+The model, `BartForConditionalGeneration`, is the book's `Transformer`, post-LN as in 2017, with
+BART's differences, each a line here:
+
+- **One token table** for the encoder's input, the decoder's input and the output layer (tied).
+- **Learned positions**, with two unused rows first (position p reads row p + 2, as fairseq's
+  checkpoints were laid out), and **a LayerNorm on the embeddings** (word + position) of each side.
+- **Exact GELU** in the feed-forward blocks; embeddings not scaled by sqrt(d_model) (an option).
+- **A bias on the logits** (final_logits_bias), kept apart from the tied table.
+
+Weights move to and from `transformers`' BartForConditionalGeneration in `transformer_lib.hf`.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
-__all__ = ["infilling_spans", "apply_spans", "text_infilling", "sentence_permutation", "token_deletion"]
+from .config import TransformerConfig, resolve_config
+from .layers import LayerNorm
+from .models import Transformer
+
+__all__ = [
+    "infilling_spans",
+    "apply_spans",
+    "text_infilling",
+    "sentence_permutation",
+    "token_deletion",
+    "bart_config",
+    "BartPositions",
+    "BartForConditionalGeneration",
+]
 
 
 def _check_line(tokens: torch.Tensor) -> None:
@@ -137,3 +162,64 @@ def token_deletion(tokens: torch.Tensor, rate: float = 0.1, generator: torch.Gen
         raise ValueError(f"rate must be in [0, 1): the probability of dropping each token, got {rate!r}")
     keep = torch.rand(tokens.shape, generator=generator) >= rate  # (S,)
     return tokens[keep]
+
+
+# ---- the model -----------------------------------------------------------------------------------
+
+
+def bart_config(**fields) -> TransformerConfig:
+    """BART base in our config: 768 wide, 6 + 6 post-LN layers of 12 heads, exact GELU, one tied table, pad id 1.
+
+    positional="learned" names what `BartPositions` adds; its table has max_len + 2 rows.
+    """
+    base = dict(vocab_size=50265, d_model=768, num_heads=12, num_layers=6, d_ff=3072, max_len=1024, dropout=0.1)
+    base |= dict(pad_id=1, norm_first=False, scale_embedding=False, activation="gelu", positional="learned")
+    return TransformerConfig(**(base | dict(tie_embeddings=True) | fields))
+
+
+class BartPositions(nn.Module):
+    """Learned positions, then the LayerNorm of the embeddings: x (B, S, d) -> (B, S, d); positions from `offset`.
+
+    Position p reads row p + 2 of a table of max_len + 2 rows (rows 0 and 1 are never read).
+    """
+
+    OFFSET = 2
+
+    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len + self.OFFSET, d_model)
+        self.norm = LayerNorm(d_model, 1e-5)  # nn.LayerNorm's default eps, as BART's
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, S, d) -> (B, S, d)."""
+        S = x.shape[1]
+        if offset + S > self.max_len:
+            raise ValueError(f"positions {offset} to {offset + S - 1} do not fit max_len = {self.max_len}")
+        rows = torch.arange(offset, offset + S, device=x.device) + self.OFFSET  # (S,)
+        return self.dropout(self.norm(x + self.table(rows)))
+
+
+class BartForConditionalGeneration(Transformer):
+    """BART: src (B, S), tgt (B, T) -> logits (B, T, V), the book's Transformer with BART's differences.
+
+    Everything else is the Transformer's: encode, decode, greedy_decode and beam_search (with the
+    caches: the positions continue from the cached ones through `BartPositions`' offset).
+    """
+
+    def __init__(self, config: TransformerConfig | None = None, **overrides):
+        cfg = resolve_config(config if config is not None else bart_config(), overrides)
+        if cfg.tgt_vocab_size != cfg.vocab_size or not cfg.tie_embeddings or cfg.norm_first:
+            raise ValueError(
+                "BART has one table for both sides and the output (tgt_vocab_size = vocab_size, tie_embeddings=True) "
+                f"and post-LN layers (norm_first=False); got tgt_vocab_size={cfg.tgt_vocab_size}, "
+                f"vocab_size={cfg.vocab_size}, tie_embeddings={cfg.tie_embeddings}, norm_first={cfg.norm_first}"
+            )
+        super().__init__(cfg)
+        self.src_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout)
+        self.tgt_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout)
+        self.tgt_embed = self.src_embed  # one table: the decoder reads the encoder's
+        self.head.weight = self.src_embed.table.weight  # and the output layer is the same table
+        with torch.no_grad():
+            self.head.bias.zero_()  # final_logits_bias: zero until trained or loaded

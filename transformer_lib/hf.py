@@ -1,5 +1,5 @@
 """Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper,
-wav2vec 2.0.
+BART, wav2vec 2.0.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
 names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
@@ -27,6 +27,9 @@ claims it, in the order they are registered). Adding a family is one new section
   bert.BertClassifier.
 - **ViT** is a pre-LN encoder that reads image patches through a strided convolution, with a class
   token and learned positions: ViTForImageClassification becomes our vit.VisionTransformer.
+- **BART** is the 2017 encoder-decoder, post-LN, with one tied table for both sides, learned positions
+  two rows in, a LayerNorm on each side's embeddings, exact GELU and a bias on the logits:
+  BartForConditionalGeneration becomes our bart.BartForConditionalGeneration.
 - **wav2vec 2.0** reads raw samples through convolutions, with positions from a grouped convolution and
   the 2017 encoder (post-LN, or pre-LN in the "stable" variant): Wav2Vec2ForCTC becomes our
   wav2vec2.Wav2Vec2ForCTC (transformer_lib.wav2vec2 lists what changes).
@@ -52,6 +55,7 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .bart import BartForConditionalGeneration, bart_config
 from .bert import BertClassifier, BertForMaskedLM, bert_config
 from .config import TransformerConfig
 from .models import DecoderOnlyLM
@@ -998,6 +1002,111 @@ def _whisper_save(ours: nn.Module) -> nn.Module:
     return hf.eval()
 
 
+# ---- BART: the post-LN encoder-decoder with one tied table and normalised embeddings ---------------------------
+# (transformer_lib.bart says what is new.) One table serves both sides and the output layer; Hugging Face stores it
+# four times (shared, each side's embed_tokens, lm_head), one tensor under four names.
+
+_BART_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+
+
+def _bart_config(hf_config) -> TransformerConfig:
+    """A BartConfig -> our config; refuses by name what ours does not build."""
+    checks = {
+        "activation_function": (hf_config.activation_function in _BART_ACTIVATIONS, True),
+        "decoder_attention_heads / encoder_attention_heads": (
+            (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
+            (hf_config.encoder_attention_heads,) * 2,
+        ),
+        "decoder_ffn_dim / encoder_ffn_dim": (
+            (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
+            (hf_config.encoder_ffn_dim,) * 2,
+        ),
+        "tie_word_embeddings": (hf_config.tie_word_embeddings, True),
+    }
+    unsupported = {k: got for k, (got, want) in checks.items() if got != want}
+    if "activation_function" in unsupported:
+        unsupported["activation_function"] = hf_config.activation_function
+    if unsupported:
+        raise ValueError(
+            f"this BART differs from what the book builds (exact GELU or ReLU, one head count and one feed-forward "
+            f"width for both stacks, one tied table): {unsupported}"
+        )
+    return bart_config(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.d_model,
+        num_heads=hf_config.encoder_attention_heads,
+        num_layers=hf_config.encoder_layers,
+        num_decoder_layers=hf_config.decoder_layers,
+        d_ff=hf_config.encoder_ffn_dim,
+        max_len=hf_config.max_position_embeddings,
+        pad_id=hf_config.pad_token_id,
+        scale_embedding=hf_config.scale_embedding,
+        activation=_BART_ACTIVATIONS[hf_config.activation_function],
+        dropout=0.0,
+    )
+
+
+def _bart_names(cfg: TransformerConfig) -> list[tuple[str, str]]:
+    """(our name, Hugging Face's name) for every tensor of BartForConditionalGeneration but the table's copies."""
+    names = [("src_embed.table.weight", "model.shared.weight")]
+    pairs = []
+    for side, layers in (("encoder", cfg.num_layers), ("decoder", cfg.num_decoder_layers)):
+        pos = "src_pos" if side == "encoder" else "tgt_pos"
+        names.append((f"{pos}.table.weight", f"model.{side}.embed_positions.weight"))
+        pairs.append((f"{pos}.norm", f"model.{side}.layernorm_embedding"))
+        attentions = [("self_attn", "self_attn")] + [("cross_attn", "encoder_attn")] * (side == "decoder")
+        norms = ["self_attn_layer_norm"] + ["encoder_attn_layer_norm"] * (side == "decoder") + ["final_layer_norm"]
+        for i in range(layers):
+            ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
+            for a, b in attentions:
+                pairs += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
+            pairs += [(f"{ours}norm{j}", f"{theirs}{norm}") for j, norm in enumerate(norms, 1)]  # post-LN: after each
+            pairs += [(f"{ours}feed_forward.linear1", f"{theirs}fc1"), (f"{ours}feed_forward.linear2", f"{theirs}fc2")]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _bart_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    state = _renamed(theirs, _flipped(_bart_names(cfg)))
+    table = state["src_embed.table.weight"]
+    state |= {"tgt_embed.table.weight": table, "head.weight": table, "head.bias": theirs["final_logits_bias"][0]}
+    return state
+
+
+def _bart_save(ours: nn.Module) -> nn.Module:
+    import transformers
+
+    cfg = ours.config
+    act = {v: k for k, v in _BART_ACTIVATIONS.items()}
+    if cfg.activation not in act:
+        raise ValueError(f"BART's feed-forward uses {sorted(act)}; this model uses activation={cfg.activation!r}")
+    hf_config = transformers.BartConfig(
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.num_layers,
+        decoder_layers=cfg.num_decoder_layers,
+        encoder_attention_heads=cfg.num_heads,
+        decoder_attention_heads=cfg.num_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function=act[cfg.activation],
+        max_position_embeddings=cfg.max_len,
+        scale_embedding=cfg.scale_embedding,
+        pad_token_id=cfg.pad_id,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.dropout,
+        activation_dropout=cfg.dropout,
+        tie_word_embeddings=True,
+    )
+    _check_architecture(ours, _bart_config(hf_config), "BART", head_bias=True)
+    hf = transformers.BartForConditionalGeneration(hf_config)
+    state = _renamed(ours.state_dict(), _bart_names(cfg))
+    table = state["model.shared.weight"]
+    state |= {f"model.{side}.embed_tokens.weight": table for side in ("encoder", "decoder")}
+    state |= {"lm_head.weight": table, "final_logits_bias": ours.head.bias.detach()[None].clone()}
+    hf.load_state_dict(state, strict=True)
+    return hf.eval()
+
+
 # ---- wav2vec 2.0: samples through convolutions, then the 2017 encoder, with a CTC head ---------------------------
 # (transformer_lib.wav2vec2 says what is new.) The positional convolution keeps its weight norm in both, as the same
 # two tensors (a length per tap and a direction). Only clips read whole: ours takes no attention_mask.
@@ -1216,6 +1325,19 @@ _register(
 )
 _register(
     Family(
+        "BART",
+        "BartForConditionalGeneration",
+        _bart_config,
+        _bart_load,
+        _bart_save,
+        lambda c: True,
+        ours=BartForConditionalGeneration,
+        no_effect=(),
+        build=lambda cfg, hf: BartForConditionalGeneration(cfg),
+    )
+)
+_register(
+    Family(
         "wav2vec 2.0 (CTC)",
         "Wav2Vec2ForCTC",
         _wav2vec2_config,
@@ -1255,8 +1377,8 @@ _register(
 def from_hf(hf_model: nn.Module) -> nn.Module:
     """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
     a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT, a
-    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper, a wav2vec2.Wav2Vec2ForCTC for
-    wav2vec 2.0. Every field of the model's config is
+    vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper, a bart.BartForConditionalGeneration
+    for BART, a wav2vec2.Wav2Vec2ForCTC for wav2vec 2.0. Every field of the model's config is
     carried or refused by name: the conversion is written back with to_hf and the two configs compared."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:

@@ -134,3 +134,69 @@ def test_token_deletion_drops_the_rate_asked_and_keeps_the_order():
 def test_bad_input_is_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bart_converts_both_ways_with_the_same_logits_on_random_configurations(seed):
+    from transformer_lib.hf import from_hf, to_hf
+
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(*options):
+        return options[int(torch.randint(len(options), (1,), generator=g))]
+
+    heads = pick(1, 2, 3)
+    config = transformers.BartConfig(
+        vocab_size=pick(11, 30),
+        d_model=heads * pick(3, 4, 5),  # odd widths too
+        encoder_layers=pick(1, 2),
+        decoder_layers=pick(1, 2, 3),
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=pick(7, 16),
+        decoder_ffn_dim=None,
+        max_position_embeddings=pick(12, 20),
+        scale_embedding=pick(False, True),
+        activation_function=pick("gelu", "relu"),
+        pad_token_id=1,
+    )
+    config.decoder_ffn_dim = config.encoder_ffn_dim
+    torch.manual_seed(seed)
+    theirs = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        theirs.final_logits_bias.normal_(generator=g)  # zero when fresh: a bias that is lost would not show
+    ours = from_hf(theirs)
+    src = torch.randint(3, config.vocab_size, (2, 9), generator=g)
+    src[1, 6:] = 1  # padding at the end of the second line: their attention_mask, our pad id
+    tgt = torch.randint(3, config.vocab_size, (2, 6), generator=g)
+    with torch.no_grad():
+        want = theirs(input_ids=src, attention_mask=(src != 1).long(), decoder_input_ids=tgt).logits
+        torch.testing.assert_close(ours(src, tgt), want, atol=1e-5, rtol=0)
+        back = to_hf(ours)
+        torch.testing.assert_close(
+            back(input_ids=src, attention_mask=(src != 1).long(), decoder_input_ids=tgt).logits, want, atol=1e-5, rtol=0
+        )
+    # greedy decoding through the caches (positions continue from the cached ones) is theirs, step by step
+    out = ours.greedy_decode(src, bos_id=2, eos_id=-1, max_new_tokens=5)
+    ids = torch.full((2, 1), 2)
+    with torch.no_grad():
+        for _ in range(5):
+            logits = theirs(input_ids=src, attention_mask=(src != 1).long(), decoder_input_ids=ids).logits[:, -1]
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, ids)
+
+
+def test_bart_refuses_what_it_is_not_by_name():
+    from transformer_lib.hf import from_hf
+
+    small = dict(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2)
+    small |= dict(decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8, max_position_embeddings=10)
+    for field, value in (("activation_function", "silu"), ("tie_word_embeddings", False), ("decoder_ffn_dim", 12)):
+        theirs = transformers.BartForConditionalGeneration(transformers.BartConfig(**{**small, field: value})).eval()
+        with pytest.raises(ValueError, match=field):
+            from_hf(theirs)
+    with pytest.raises(ValueError, match="one table for both sides"):
+        bart.BartForConditionalGeneration(bart.bart_config(vocab_size=20, tgt_vocab_size=21, d_model=8, num_heads=2))

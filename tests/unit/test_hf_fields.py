@@ -59,6 +59,11 @@ SMALL = {
         | dict(max_source_positions=16, max_target_positions=16, decoder_start_token_id=1, pad_token_id=0)
         | dict(bos_token_id=1, eos_token_id=2, begin_suppress_tokens=None),
     ),
+    "BartForConditionalGeneration": (
+        "BartConfig",
+        dict(vocab_size=40, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4)
+        | dict(decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40, max_position_embeddings=16),
+    ),
     "Wav2Vec2ForCTC": (
         "Wav2Vec2Config",
         dict(vocab_size=9, hidden_size=12, num_hidden_layers=2, num_attention_heads=3, intermediate_size=20)
@@ -101,6 +106,8 @@ def _outputs(model, config, kind: str, ours: bool):
     ids = torch.randint(0, config.vocab_size - 1, (2, 7), generator=g)
     if pad is not None:
         ids = ids + (ids >= pad).long()  # every id but pad
+    if kind == "BartForConditionalGeneration":
+        return model(ids, ids.flip(1)) if ours else model(input_ids=ids, decoder_input_ids=ids.flip(1)).logits
     if kind == "WhisperForConditionalGeneration":
         features = torch.randn(2, config.num_mel_bins, 2 * config.max_source_positions, generator=g)
         if ours:
