@@ -63,7 +63,7 @@ from .speech import SpeechTranscriber, speech_config, whisper_positions
 from .surgery import with_rotary_layout  # re-exported: checkpoints in the other rotary layout
 from .tokenization import CharTokenizer
 from .vit import VisionTransformer, vit_config
-from .wav2vec2 import Wav2Vec2ForCTC, wav2vec2_config
+from .wav2vec2 import Wav2Vec2ForCTC, Wav2Vec2ForPreTraining, wav2vec2_config
 
 __all__ = [
     "from_hf",
@@ -1156,10 +1156,10 @@ def _wav2vec2_kwargs(hf_config) -> dict:
 def _wav2vec2_names(
     conv_layers: int, conv_bias: bool, normed: list[int], norm_first: bool, num_layers: int
 ) -> list[tuple[str, str]]:
-    """(our name, Hugging Face's name) for every tensor of Wav2Vec2ForCTC but the mask vector. normed: the
-    convolutions followed by a norm (the first for "group", all for "layer")."""
+    """(our name, Hugging Face's name) for every tensor of Wav2Vec2Model (under wav2vec2.) but the mask vector.
+    normed: the convolutions followed by a norm (the first for "group", all for "layer")."""
     pairs = [("wav2vec2.feature_norm", "wav2vec2.feature_projection.layer_norm")]
-    pairs += [("wav2vec2.projection", "wav2vec2.feature_projection.projection"), ("head", "lm_head")]
+    pairs += [("wav2vec2.projection", "wav2vec2.feature_projection.projection")]
     pairs.append(("wav2vec2.encoder.norm" if norm_first else "wav2vec2.input_norm", "wav2vec2.encoder.layer_norm"))
     ours_pos, theirs_pos = "wav2vec2.positions.conv", "wav2vec2.encoder.pos_conv_embed.conv"
     names = [(f"{ours_pos}.bias", f"{theirs_pos}.bias")]
@@ -1187,56 +1187,164 @@ def _wav2vec2_names(
     return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
 
 
-def _wav2vec2_ours_names(ours: Wav2Vec2ForCTC) -> list[tuple[str, str]]:
+# each head's tensors: (ours, theirs) pairs of weight-and-bias modules, and single tensors
+_WAV2VEC2_HEADS = {
+    "ctc": ([("head", "lm_head")], []),
+    "pretraining": (
+        [
+            ("quantizer.scores", "quantizer.weight_proj"),
+            ("project_context", "project_hid"),
+            ("project_codes", "project_q"),
+        ],
+        [],
+    ),
+}
+
+
+def _wav2vec2_head_names(head: str) -> list[tuple[str, str]]:
+    pairs, names = _WAV2VEC2_HEADS[head]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _wav2vec2_ours_names(ours: nn.Module, head: str) -> list[tuple[str, str]]:
     m = ours.wav2vec2
     normed = [i for i, layer in enumerate(m.features.layers) if hasattr(layer, "norm")]
-    return _wav2vec2_names(len(m.features.layers), m.conv_bias, normed, ours.config.norm_first, ours.config.num_layers)
+    body = _wav2vec2_names(len(m.features.layers), m.conv_bias, normed, ours.config.norm_first, ours.config.num_layers)
+    return body + _wav2vec2_head_names(head)
 
 
-def _wav2vec2_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
-    conv = "wav2vec2.feature_extractor.conv_layers"
-    layers = len({k.split(".")[3] for k in theirs if k.startswith(conv + ".")})
-    normed = [i for i in range(layers) if f"{conv}.{i}.layer_norm.weight" in theirs]
-    bias = f"{conv}.0.conv.bias" in theirs
-    state = _renamed(theirs, _flipped(_wav2vec2_names(layers, bias, normed, cfg.norm_first, cfg.num_layers)))
-    if "wav2vec2.masked_spec_embed" in theirs:  # absent where their config turns masking off; ours keeps its own
-        state["wav2vec2.mask_embedding"] = theirs["wav2vec2.masked_spec_embed"]
-    return state
+def _wav2vec2_load(head: str) -> Callable[[dict[str, torch.Tensor], TransformerConfig], dict[str, torch.Tensor]]:
+    def load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+        conv = "wav2vec2.feature_extractor.conv_layers"
+        layers = len({k.split(".")[3] for k in theirs if k.startswith(conv + ".")})
+        normed = [i for i in range(layers) if f"{conv}.{i}.layer_norm.weight" in theirs]
+        bias = f"{conv}.0.conv.bias" in theirs
+        names = _wav2vec2_names(layers, bias, normed, cfg.norm_first, cfg.num_layers) + _wav2vec2_head_names(head)
+        state = _renamed(theirs, _flipped(names))
+        if "wav2vec2.masked_spec_embed" in theirs:  # absent where their config turns masking off; ours keeps its own
+            state["wav2vec2.mask_embedding"] = theirs["wav2vec2.masked_spec_embed"]
+        if head == "pretraining":  # (1, G V, code_dim / G) in theirs, (G, V, code_dim / G) in ours
+            codebooks = theirs["quantizer.codevectors"]
+            state["quantizer.codebooks"] = codebooks.view(_codebook_groups(theirs), -1, codebooks.shape[-1])
+        return state
+
+    return load
 
 
-def _wav2vec2_save(ours: nn.Module) -> nn.Module:
-    import transformers
+def _codebook_groups(theirs: dict[str, torch.Tensor]) -> int:
+    """The number of codebooks, G, read off a Wav2Vec2ForPreTraining state: weight_proj has G V rows, the
+    codevectors G V entries of code_dim / G, and project_q reads code_dim = G * (code_dim / G)."""
+    return theirs["project_q.weight"].shape[1] // theirs["quantizer.codevectors"].shape[-1]
 
-    cfg, m = ours.config, ours.wav2vec2
-    hf_config = transformers.Wav2Vec2Config(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.d_model,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        intermediate_size=cfg.d_ff,
-        hidden_act="gelu",
-        layer_norm_eps=cfg.eps,
-        feat_extract_norm=m.conv_norm,
-        feat_extract_activation="gelu",
-        conv_dim=list(m.conv_dims),
-        conv_kernel=list(m.kernels),
-        conv_stride=list(m.strides),
-        conv_bias=m.conv_bias,
-        num_conv_pos_embeddings=m.pos_kernel,
-        num_conv_pos_embedding_groups=m.pos_groups,
-        do_stable_layer_norm=cfg.norm_first,
-        hidden_dropout=cfg.dropout,
-        attention_dropout=cfg.dropout,
-        activation_dropout=cfg.dropout,
-        feat_proj_dropout=cfg.dropout,
-        final_dropout=cfg.dropout,
+
+def _wav2vec2_save(head: str) -> Callable[[nn.Module], nn.Module]:
+    def save(ours: nn.Module) -> nn.Module:
+        import transformers
+
+        cfg, m = ours.config, ours.wav2vec2
+        fields = dict(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            intermediate_size=cfg.d_ff,
+            hidden_act="gelu",
+            layer_norm_eps=cfg.eps,
+            feat_extract_norm=m.conv_norm,
+            feat_extract_activation="gelu",
+            conv_dim=list(m.conv_dims),
+            conv_kernel=list(m.kernels),
+            conv_stride=list(m.strides),
+            conv_bias=m.conv_bias,
+            num_conv_pos_embeddings=m.pos_kernel,
+            num_conv_pos_embedding_groups=m.pos_groups,
+            do_stable_layer_norm=cfg.norm_first,
+            hidden_dropout=cfg.dropout,
+            attention_dropout=cfg.dropout,
+            activation_dropout=cfg.dropout,
+            feat_proj_dropout=cfg.dropout,
+            final_dropout=cfg.dropout,
+        )
+        if head == "ctc":
+            fields["vocab_size"] = cfg.vocab_size
+        else:
+            q = ours.quantizer
+            fields |= dict(
+                num_codevector_groups=q.groups,
+                num_codevectors_per_group=q.entries,
+                codevector_dim=q.codebooks.shape[-1] * q.groups,
+                proj_codevector_dim=ours.project_codes.out_features,
+                contrastive_logits_temperature=ours.temperature,
+                diversity_loss_weight=ours.diversity_weight,
+            )
+        hf_config = transformers.Wav2Vec2Config(**fields)
+        _check_architecture(ours, _wav2vec2_config(hf_config), "wav2vec 2.0", head_bias=True, ignore=_W2V_IGNORED[head])
+        hf = getattr(transformers, "Wav2Vec2ForCTC" if head == "ctc" else "Wav2Vec2ForPreTraining")(hf_config)
+        state = _renamed(ours.state_dict(), _wav2vec2_ours_names(ours, head))
+        state["wav2vec2.masked_spec_embed"] = ours.wav2vec2.mask_embedding.detach().clone()
+        if head == "pretraining":
+            state["quantizer.codevectors"] = ours.quantizer.codebooks.detach().reshape(
+                1, -1, ours.quantizer.codebooks.shape[-1]
+            )
+        hf.load_state_dict(state, strict=True)
+        if head == "pretraining":
+            hf.quantizer.temperature = ours.quantizer.tau
+        return hf.eval()
+
+    return save
+
+
+_W2V_IGNORED = {
+    "ctc": (),
+    "pretraining": ("vocab_size", "tgt_vocab_size"),
+}  # pre-training has no CTC head: its size is not read
+
+
+def _wav2vec2_pretraining_build(cfg: TransformerConfig, hf_config) -> Wav2Vec2ForPreTraining:
+    return Wav2Vec2ForPreTraining(
+        cfg,
+        groups=hf_config.num_codevector_groups,
+        entries=hf_config.num_codevectors_per_group,
+        code_dim=hf_config.codevector_dim,
+        proj_dim=hf_config.proj_codevector_dim,
+        temperature=hf_config.contrastive_logits_temperature,
+        diversity_weight=hf_config.diversity_loss_weight,
+        **_wav2vec2_kwargs(hf_config),
     )
-    _check_architecture(ours, _wav2vec2_config(hf_config), "wav2vec 2.0", head_bias=True)
-    hf = transformers.Wav2Vec2ForCTC(hf_config)
-    state = _renamed(ours.state_dict(), _wav2vec2_ours_names(ours))
-    state["wav2vec2.masked_spec_embed"] = ours.wav2vec2.mask_embedding.detach().clone()
-    hf.load_state_dict(state, strict=True)
-    return hf.eval()
+
+
+_WAV2VEC2_NO_EFFECT = (
+    ("pad_token_id", "CTC's blank for the loss; the logits never read it"),
+    ("ctc_loss_reduction", "how the CTC loss is reduced, not the logits"),
+    ("ctc_zero_infinity", "how the CTC loss treats impossible targets, not the logits"),
+    ("layerdrop", "layers skipped at random in training only"),
+    ("feat_quantizer_dropout", "dropout of pre-training's quantizer input (off at inference)"),
+    ("final_dropout", "dropout before the CTC head (off at inference)"),
+    ("feat_proj_dropout", "dropout (off at inference)"),
+    ("num_codevectors_per_group", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+    ("num_codevector_groups", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+    ("codevector_dim", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
+    ("proj_codevector_dim", "pre-training's heads, which Wav2Vec2ForCTC does not build"),
+    ("contrastive_logits_temperature", "pre-training's loss"),
+    ("num_negatives", "how many distractors a caller draws; the forward pass takes the ones it is given"),
+    ("diversity_loss_weight", "pre-training's loss"),
+    ("tdnn_dim", "the x-vector head only"),
+    ("tdnn_kernel", "the x-vector head only"),
+    ("tdnn_dilation", "the x-vector head only"),
+    ("xvector_output_dim", "the x-vector head only"),
+    ("output_hidden_size", "the adapter's width (no adapter here: add_adapter is refused)"),
+    ("adapter_kernel_size", "the adapter only (refused)"),
+    ("adapter_stride", "the adapter only (refused)"),
+    ("num_adapter_layers", "the adapter only (refused)"),
+)
+# the loss's settings that Wav2Vec2ForPreTraining carries (the CTC model has no use for them)
+_PRETRAINING_CARRIED = {
+    "num_codevectors_per_group",
+    "num_codevector_groups",
+    "codevector_dim",
+    "proj_codevector_dim",
+    "contrastive_logits_temperature",
+    "diversity_loss_weight",
+}
 
 
 # ---- the registry and the two directions ---------------------------------------------------------
@@ -1341,35 +1449,26 @@ _register(
         "wav2vec 2.0 (CTC)",
         "Wav2Vec2ForCTC",
         _wav2vec2_config,
-        _wav2vec2_load,
-        _wav2vec2_save,
+        _wav2vec2_load("ctc"),
+        _wav2vec2_save("ctc"),
         lambda c: True,
         ours=Wav2Vec2ForCTC,
-        no_effect=(
-            ("pad_token_id", "CTC's blank for the loss; the logits never read it"),
-            ("ctc_loss_reduction", "how the CTC loss is reduced, not the logits"),
-            ("ctc_zero_infinity", "how the CTC loss treats impossible targets, not the logits"),
-            ("layerdrop", "layers skipped at random in training only"),
-            ("feat_quantizer_dropout", "dropout of pre-training's quantizer input (off at inference)"),
-            ("final_dropout", "dropout before the CTC head (off at inference)"),
-            ("feat_proj_dropout", "dropout (off at inference)"),
-            ("num_codevectors_per_group", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
-            ("num_codevector_groups", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
-            ("codevector_dim", "pre-training's quantizer, which Wav2Vec2ForCTC does not build"),
-            ("proj_codevector_dim", "pre-training's heads, which Wav2Vec2ForCTC does not build"),
-            ("contrastive_logits_temperature", "pre-training's loss"),
-            ("num_negatives", "pre-training's loss"),
-            ("diversity_loss_weight", "pre-training's loss"),
-            ("tdnn_dim", "the x-vector head only"),
-            ("tdnn_kernel", "the x-vector head only"),
-            ("tdnn_dilation", "the x-vector head only"),
-            ("xvector_output_dim", "the x-vector head only"),
-            ("output_hidden_size", "the adapter's width (no adapter here: add_adapter is refused)"),
-            ("adapter_kernel_size", "the adapter only (refused)"),
-            ("adapter_stride", "the adapter only (refused)"),
-            ("num_adapter_layers", "the adapter only (refused)"),
-        ),
+        no_effect=_WAV2VEC2_NO_EFFECT,
         build=lambda cfg, hf: Wav2Vec2ForCTC(cfg, **_wav2vec2_kwargs(hf)),
+    )
+)
+_register(
+    Family(
+        "wav2vec 2.0 (pre-training)",
+        "Wav2Vec2ForPreTraining",
+        _wav2vec2_config,
+        _wav2vec2_load("pretraining"),
+        _wav2vec2_save("pretraining"),
+        lambda c: True,
+        ours=Wav2Vec2ForPreTraining,
+        no_effect=tuple((field, why) for field, why in _WAV2VEC2_NO_EFFECT if field not in _PRETRAINING_CARRIED)
+        + (("vocab_size", "the CTC head's size; pre-training has no CTC head"),),
+        build=_wav2vec2_pretraining_build,
     )
 )
 

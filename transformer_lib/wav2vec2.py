@@ -19,8 +19,9 @@ This module holds those parts, each a function or a small module over plain tens
   convolutions (GELU; a GroupNorm after the first, or a LayerNorm after each); a LayerNorm and a
   linear layer to the model width; positions from a grouped convolution over the frames (kernel 128,
   16 groups, weight-normalised), added once; a LayerNorm before the layers (post-LN, the base model)
-  or after them (pre-LN, the large models' "stable" variant); exact GELU. Weights move to and from
-  `transformers`' Wav2Vec2ForCTC in `transformer_lib.hf`.
+  or after them (pre-LN, the large models' "stable" variant); exact GELU. `Wav2Vec2ForPreTraining` adds
+  the quantizer and the two projections the loss compares. Weights move to and from `transformers`'
+  Wav2Vec2ForCTC and Wav2Vec2ForPreTraining in `transformer_lib.hf`.
 
 `tests/unit/test_wav2vec2.py` checks them against `transformers`' Wav2Vec2ForPreTraining (its quantizer,
 and its loss on the same hidden frames and distractors) and by their statistics.
@@ -52,6 +53,7 @@ __all__ = [
     "ConvPositions",
     "Wav2Vec2Model",
     "Wav2Vec2ForCTC",
+    "Wav2Vec2ForPreTraining",
 ]
 
 # the paper's feature encoder: seven convolutions with 512 channels over 16 kHz samples
@@ -391,3 +393,50 @@ class Wav2Vec2ForCTC(nn.Module):
     def forward(self, samples: torch.Tensor) -> torch.Tensor:
         hidden, _ = self.wav2vec2(samples)
         return self.head(self.dropout(hidden))  # (B, T, vocab_size)
+
+
+class Wav2Vec2ForPreTraining(nn.Module):
+    """wav2vec 2.0 with what pre-training needs: samples (B, L), mask (B, T) -> (context, targets, perplexity).
+
+    context and targets are (B, T, proj_dim).
+
+    context: the Transformer's output at each frame, projected; targets: each frame's quantized
+    features (read before the mask), projected to the same width. `loss` compares them.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig | None = None,
+        groups: int = 2,
+        entries: int = 320,
+        code_dim: int = 256,
+        proj_dim: int = 256,
+        temperature: float = 0.1,
+        diversity_weight: float = 0.1,
+        **model_kwargs,
+    ):
+        super().__init__()
+        self.wav2vec2 = Wav2Vec2Model(config, **model_kwargs)
+        self.config = self.wav2vec2.config
+        self.quantizer = GumbelQuantizer(self.wav2vec2.conv_dims[-1], groups, entries, code_dim)
+        self.project_context = nn.Linear(self.config.d_model, proj_dim)
+        self.project_codes = nn.Linear(code_dim, proj_dim)
+        self.temperature, self.diversity_weight = temperature, diversity_weight
+
+    def forward(
+        self, samples: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden, features = self.wav2vec2(samples, mask)  # (B, T, d_model), (B, T, C)
+        codes, perplexity, _ = self.quantizer(features, mask)  # (B, T, code_dim)
+        return self.project_context(hidden), self.project_codes(codes), perplexity
+
+    def loss(
+        self, samples: torch.Tensor, mask: torch.Tensor, negatives: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, contrastive, diversity): the contrastive loss summed over the hidden frames, plus
+        diversity_weight times the diversity loss times the number of hidden frames (so that the two
+        keep their balance whatever the batch), as the paper and Hugging Face add them."""
+        context, targets, perplexity = self(samples, mask)
+        contrastive = contrastive_loss(contrastive_logits(context, targets, negatives, self.temperature), mask)
+        diversity = diversity_loss(perplexity, self.quantizer.groups, self.quantizer.entries) * mask.sum()
+        return contrastive + self.diversity_weight * diversity, contrastive, diversity

@@ -257,6 +257,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         "WhisperForConditionalGeneration",
         "BartForConditionalGeneration",
         "Wav2Vec2ForCTC",
+        "Wav2Vec2ForPreTraining",
     ]
     base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64, norm_first=True)
     for fields, family in (

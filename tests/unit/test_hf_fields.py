@@ -70,6 +70,12 @@ SMALL = {
         | dict(conv_dim=(6, 7), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=4)
         | dict(num_conv_pos_embedding_groups=2, codevector_dim=8, proj_codevector_dim=8),
     ),
+    "Wav2Vec2ForPreTraining": (
+        "Wav2Vec2Config",
+        dict(vocab_size=9, hidden_size=12, num_hidden_layers=2, num_attention_heads=3, intermediate_size=20)
+        | dict(conv_dim=(6, 7), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=4)
+        | dict(num_conv_pos_embedding_groups=2, codevector_dim=8, proj_codevector_dim=8, num_codevectors_per_group=5),
+    ),
 }
 # the other values of the fields that name a choice
 CHOICES = {
@@ -102,6 +108,18 @@ def _outputs(model, config, kind: str, ours: bool):
     if kind == "Wav2Vec2ForCTC":
         samples = torch.randn(2, 170, generator=g)
         return model(samples) if ours else model(input_values=samples).logits
+    if kind == "Wav2Vec2ForPreTraining":  # in eval mode: the quantizer takes the highest score, no Gumbel noise
+        samples = torch.randn(2, 170, generator=g)
+        if ours:
+            context, targets, perplexity = model(samples)
+        else:
+            out = model(input_values=samples)
+            context, targets, perplexity = (
+                out.projected_states,
+                out.projected_quantized_states,
+                out.codevector_perplexity,
+            )
+        return torch.cat([context, targets, perplexity.expand(*context.shape[:2], 1)], dim=-1)
     pad = getattr(config, "pad_token_id", None)
     ids = torch.randint(0, config.vocab_size - 1, (2, 7), generator=g)
     if pad is not None:

@@ -249,3 +249,37 @@ def test_what_the_book_does_not_build_is_refused_by_name():
         theirs = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(**small, **{field: value})).eval()
         with pytest.raises(ValueError, match=field):
             from_hf(theirs)
+
+
+def test_our_pretraining_model_gives_hugging_faces_loss_with_the_same_weights_both_ways():
+    from transformer_lib.hf import from_hf, to_hf
+
+    g = torch.Generator().manual_seed(9)
+    theirs = _hf_model(10, groups=2, entries=5, layerdrop=0.0)
+    ours = from_hf(theirs.eval())
+    assert isinstance(ours, w2v.Wav2Vec2ForPreTraining) and ours.quantizer.codebooks.shape == (2, 5, 6)
+    samples = torch.randn(2, 800, generator=g)
+    frames = w2v.conv_frames(800, (10, 3), (5, 2))
+    mask = w2v.span_mask(2, frames, start_prob=0.1, span=4, min_spans=2, generator=g)
+    negatives = w2v.sample_negatives(mask, 4, generator=g)
+    flat = negatives + (torch.arange(2) * frames)[:, None, None]
+    for training in (False, True):
+        theirs.train(training)
+        ours.train(training)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(11)
+            want = theirs(samples, mask_time_indices=mask, sampled_negative_indices=flat)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(11)  # the same Gumbel noise: drawn after the same layers in the same order
+            loss, contrastive, diversity = ours.loss(samples, mask, negatives)
+        torch.testing.assert_close(loss, want.loss, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(contrastive, want.contrastive_loss, rtol=1e-5, atol=1e-4)
+    ours.eval()
+    back = to_hf(ours)
+    with torch.no_grad():
+        context, targets, perplexity = ours(samples, mask)
+        out = back(samples, mask_time_indices=mask)
+    torch.testing.assert_close(context, out.projected_states, atol=1e-5, rtol=0)
+    torch.testing.assert_close(targets, out.projected_quantized_states, atol=1e-5, rtol=0)
+    torch.testing.assert_close(perplexity, out.codevector_perplexity, atol=1e-5, rtol=0)
+    assert type(back).__name__ == "Wav2Vec2ForPreTraining" and back.config.diversity_loss_weight == 0.1
