@@ -886,11 +886,10 @@ def _vit_save(ours: nn.Module) -> nn.Module:
 # theirs: loading checks the table is the formula's, saving writes the formula's.
 
 
-def _whisper_config(hf_config) -> TransformerConfig:
-    """A WhisperConfig -> the TransformerConfig of the same encoder-decoder; refuses by name what ours cannot build."""
-    checks = {
-        "activation_function": (hf_config.activation_function, "gelu"),
-        # one count and one width for both stacks: named as both fields, since either may be the odd one
+def _one_shape_for_both_stacks(hf_config) -> dict:
+    """The checks of a Hugging Face encoder-decoder config that both stacks have one head count and one feed-forward
+    width, as ours: named as both fields, since either may be the odd one."""
+    return {
         "decoder_attention_heads / encoder_attention_heads": (
             (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
             (hf_config.encoder_attention_heads,) * 2,
@@ -899,6 +898,31 @@ def _whisper_config(hf_config) -> TransformerConfig:
             (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
             (hf_config.encoder_ffn_dim,) * 2,
         ),
+    }
+
+
+def _seq2seq_layer_names(side: str, i: int, key_bias: bool = True) -> list[tuple[str, str]]:
+    """(our name, theirs) for layer i of side "encoder" or "decoder" of Whisper or BART, which name their layers alike:
+    self_attn, encoder_attn (cross), fc1 and fc2, and a norm per sublayer (before it in Whisper, after it in BART)."""
+    ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
+    attentions = [("self_attn", "self_attn")] + [("cross_attn", "encoder_attn")] * (side == "decoder")
+    norms = ["self_attn_layer_norm"] + ["encoder_attn_layer_norm"] * (side == "decoder") + ["final_layer_norm"]
+    names, pairs = [], []
+    for a, b in attentions:
+        if not key_bias:  # Whisper's key projections have no bias
+            names.append((f"{ours}{a}.k_proj.weight", f"{theirs}{b}.k_proj.weight"))
+        kinds = ("q_proj", "v_proj", "out_proj") if not key_bias else ("q_proj", "k_proj", "v_proj", "out_proj")
+        pairs += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for p in kinds]
+    pairs += [(f"{ours}norm{j}", f"{theirs}{norm}") for j, norm in enumerate(norms, 1)]
+    pairs += [(f"{ours}feed_forward.linear1", f"{theirs}fc1"), (f"{ours}feed_forward.linear2", f"{theirs}fc2")]
+    return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _whisper_config(hf_config) -> TransformerConfig:
+    """A WhisperConfig -> the TransformerConfig of the same encoder-decoder; refuses by name what ours cannot build."""
+    checks = {
+        "activation_function": (hf_config.activation_function, "gelu"),
+        **_one_shape_for_both_stacks(hf_config),
         "scale_embedding": (hf_config.scale_embedding, False),
     }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
@@ -934,15 +958,8 @@ def _whisper_names(cfg: TransformerConfig) -> list[tuple[str, str]]:
         ("decoder.norm", "model.decoder.layer_norm"),
     ]
     for side, layers in (("encoder", cfg.num_layers), ("decoder", cfg.num_decoder_layers)):
-        attentions = [("self_attn", "self_attn")] + [("cross_attn", "encoder_attn")] * (side == "decoder")
-        norms = ["self_attn_layer_norm"] + ["encoder_attn_layer_norm"] * (side == "decoder") + ["final_layer_norm"]
         for i in range(layers):
-            ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
-            for a, b in attentions:
-                names.append((f"{ours}{a}.k_proj.weight", f"{theirs}{b}.k_proj.weight"))  # no bias on the keys
-                pairs += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for p in ("q_proj", "v_proj", "out_proj")]
-            pairs += [(f"{ours}norm{j}", f"{theirs}{norm}") for j, norm in enumerate(norms, 1)]  # pre-LN: before each
-            pairs += [(f"{ours}feed_forward.linear1", f"{theirs}fc1"), (f"{ours}feed_forward.linear2", f"{theirs}fc2")]
+            names += _seq2seq_layer_names(side, i, key_bias=False)  # pre-LN: each norm before its sublayer
     return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
 
 
@@ -1013,14 +1030,7 @@ def _bart_config(hf_config) -> TransformerConfig:
     """A BartConfig -> our config; refuses by name what ours does not build."""
     checks = {
         "activation_function": (hf_config.activation_function in _BART_ACTIVATIONS, True),
-        "decoder_attention_heads / encoder_attention_heads": (
-            (hf_config.decoder_attention_heads, hf_config.encoder_attention_heads),
-            (hf_config.encoder_attention_heads,) * 2,
-        ),
-        "decoder_ffn_dim / encoder_ffn_dim": (
-            (hf_config.decoder_ffn_dim, hf_config.encoder_ffn_dim),
-            (hf_config.encoder_ffn_dim,) * 2,
-        ),
+        **_one_shape_for_both_stacks(hf_config),
         "tie_word_embeddings": (hf_config.tie_word_embeddings, True),
     }
     unsupported = {k: got for k, (got, want) in checks.items() if got != want}
@@ -1054,14 +1064,8 @@ def _bart_names(cfg: TransformerConfig) -> list[tuple[str, str]]:
         pos = "src_pos" if side == "encoder" else "tgt_pos"
         names.append((f"{pos}.table.weight", f"model.{side}.embed_positions.weight"))
         pairs.append((f"{pos}.norm", f"model.{side}.layernorm_embedding"))
-        attentions = [("self_attn", "self_attn")] + [("cross_attn", "encoder_attn")] * (side == "decoder")
-        norms = ["self_attn_layer_norm"] + ["encoder_attn_layer_norm"] * (side == "decoder") + ["final_layer_norm"]
         for i in range(layers):
-            ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
-            for a, b in attentions:
-                pairs += [(f"{ours}{a}.{p}", f"{theirs}{b}.{p}") for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
-            pairs += [(f"{ours}norm{j}", f"{theirs}{norm}") for j, norm in enumerate(norms, 1)]  # post-LN: after each
-            pairs += [(f"{ours}feed_forward.linear1", f"{theirs}fc1"), (f"{ours}feed_forward.linear2", f"{theirs}fc2")]
+            names += _seq2seq_layer_names(side, i)  # post-LN: each norm after its sublayer
     return names + [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
 
 
