@@ -901,6 +901,19 @@ def _one_shape_for_both_stacks(hf_config) -> dict:
     }
 
 
+def _seq2seq_shape(cfg: TransformerConfig) -> dict:
+    """The shape of our encoder-decoder in the fields Whisper's and BART's configs share."""
+    return dict(
+        d_model=cfg.d_model,
+        encoder_layers=cfg.num_layers,
+        decoder_layers=cfg.num_decoder_layers,
+        encoder_attention_heads=cfg.num_heads,
+        decoder_attention_heads=cfg.num_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+    )
+
+
 def _seq2seq_layer_names(side: str, i: int, key_bias: bool = True) -> list[tuple[str, str]]:
     """(our name, theirs) for layer i of side "encoder" or "decoder" of Whisper or BART, which name their layers alike:
     self_attn, encoder_attn (cross), fc1 and fc2, and a norm per sublayer (before it in Whisper, after it in BART)."""
@@ -989,13 +1002,7 @@ def _whisper_save(ours: nn.Module) -> nn.Module:
     hf_config = transformers.WhisperConfig(
         vocab_size=cfg.tgt_vocab_size,
         num_mel_bins=ours.n_mels,
-        d_model=cfg.d_model,
-        encoder_layers=cfg.num_layers,
-        decoder_layers=cfg.num_decoder_layers,
-        encoder_attention_heads=cfg.num_heads,
-        decoder_attention_heads=cfg.num_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
+        **_seq2seq_shape(cfg),
         activation_function="gelu",
         max_source_positions=ours.n_frames // 2,
         max_target_positions=cfg.max_len,
@@ -1085,13 +1092,7 @@ def _bart_save(ours: nn.Module) -> nn.Module:
         raise ValueError(f"BART's feed-forward uses {sorted(act)}; this model uses activation={cfg.activation!r}")
     hf_config = transformers.BartConfig(
         vocab_size=cfg.vocab_size,
-        d_model=cfg.d_model,
-        encoder_layers=cfg.num_layers,
-        decoder_layers=cfg.num_decoder_layers,
-        encoder_attention_heads=cfg.num_heads,
-        decoder_attention_heads=cfg.num_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
+        **_seq2seq_shape(cfg),
         activation_function=act[cfg.activation],
         max_position_embeddings=cfg.max_len,
         scale_embedding=cfg.scale_embedding,
