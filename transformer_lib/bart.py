@@ -40,6 +40,7 @@ __all__ = [
     "text_infilling",
     "sentence_permutation",
     "token_deletion",
+    "denoising_pairs",
     "bart_config",
     "BartPositions",
     "BartForConditionalGeneration",
@@ -162,6 +163,42 @@ def token_deletion(tokens: torch.Tensor, rate: float = 0.1, generator: torch.Gen
         raise ValueError(f"rate must be in [0, 1): the probability of dropping each token, got {rate!r}")
     keep = torch.rand(tokens.shape, generator=generator) >= rate  # (S,)
     return tokens[keep]
+
+
+def denoising_pairs(
+    lines: list[torch.Tensor],
+    *,
+    mask_id: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    end_ids: tuple[int, ...] | list[int] = (),
+    ratio: float = 0.3,
+    poisson_lambda: float = 3.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lines of ids -> a batch for BART's pre-training: (src (N, S), tgt (N, T)), padded with pad_id.
+
+    src: the line's sentences shuffled (when end_ids names the marks that end one), then text
+    infilling, then eos_id. tgt: bos_id, the untouched line, eos_id; the model reads tgt[:, :-1]
+    and is scored on tgt[:, 1:], so it writes the whole line back, the words it could see included.
+    """
+    if not lines:
+        raise ValueError("lines must hold at least one line")
+    for name, value in (("mask_id", mask_id), ("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+        _check_id(value, name)
+    sources, targets = [], []
+    for line in lines:
+        _check_line(line)
+        if bool(torch.isin(line, line.new_tensor([mask_id, bos_id, eos_id, pad_id])).any()):
+            raise ValueError("a line may not hold mask_id, bos_id, eos_id or pad_id: they would be read as markers")
+        shuffled = sentence_permutation(line, end_ids, generator) if end_ids else line
+        sources.append(
+            torch.cat([text_infilling(shuffled, mask_id, ratio, poisson_lambda, generator), line.new_tensor([eos_id])])
+        )
+        targets.append(torch.cat([line.new_tensor([bos_id]), line, line.new_tensor([eos_id])]))
+    pad = torch.nn.utils.rnn.pad_sequence
+    return pad(sources, batch_first=True, padding_value=pad_id), pad(targets, batch_first=True, padding_value=pad_id)
 
 
 # ---- the model -----------------------------------------------------------------------------------

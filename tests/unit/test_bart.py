@@ -200,3 +200,28 @@ def test_bart_refuses_what_it_is_not_by_name():
             from_hf(theirs)
     with pytest.raises(ValueError, match="one table for both sides"):
         bart.BartForConditionalGeneration(bart.bart_config(vocab_size=20, tgt_vocab_size=21, d_model=8, num_heads=2))
+
+
+def test_denoising_pairs_hold_the_noised_line_and_the_whole_line_to_write_back():
+    dot, mask, bos, eos, pad = 2, 3, 4, 5, 0
+    lines = [torch.tensor([10, 11, 12, dot, 13, 14, dot]), torch.tensor([20, 21, 22, 23, 24, 25, 26, 27, 28, 29])]
+    src, tgt = bart.denoising_pairs(
+        lines,
+        mask_id=mask,
+        bos_id=bos,
+        eos_id=eos,
+        pad_id=pad,
+        end_ids=(dot,),
+        generator=torch.Generator().manual_seed(9),
+    )
+    assert tgt.shape == (2, 12) and tgt[0, :9].tolist() == [bos, *lines[0].tolist(), eos] and (tgt[0, 9:] == pad).all()
+    assert tgt[1].tolist() == [bos, *lines[1].tolist(), eos]
+    for row, line in zip(src, lines):
+        words = row[row != pad]
+        assert words[-1] == eos and int((words == mask).sum()) >= 1  # 30% of 7 or 10 words: some span
+        kept = words[(words != mask) & (words != eos)]
+        assert set(kept.tolist()) <= set(line.tolist()) and kept.numel() == line.numel() - round(0.3 * line.numel())
+    with pytest.raises(ValueError, match="may not hold mask_id"):
+        bart.denoising_pairs([torch.tensor([10, mask])], mask_id=mask, bos_id=bos, eos_id=eos, pad_id=pad)
+    with pytest.raises(ValueError, match="at least one line"):
+        bart.denoising_pairs([], mask_id=mask, bos_id=bos, eos_id=eos, pad_id=pad)
