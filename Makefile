@@ -50,6 +50,7 @@ help:
 	@echo "Measuring and maintaining:"
 	@echo "  make benchmark    notebook times as ratios to a fixed reference; attention, KV-cache, optimizer timings"
 	@echo "  make results      make test, make benchmark and a timed make check, then write docs/results.md"
+	@echo "  make check-timed  make check, timed, its wall time in _build/reports for docs/results.md"
 	@echo "  make checkpoints  retrain the shipped checkpoints from their recipes (transformer_lib/recipes.py)"
 	@echo "  make lock         re-resolve constraints.txt from pyproject.toml (keeps current pins that still fit)"
 
