@@ -11,7 +11,8 @@ Each function takes one line of ids, (S,), and returns the corrupted line, whose
 - `token_deletion`: each token dropped with a probability; the model must find where.
 
 `infilling_spans` draws the spans that `text_infilling` applies, so that their statistics can be
-tested (the lengths are Poisson, a share of e^-3 of them empty, the masked share is the one asked).
+tested (the lengths are Poisson but for the last, cut to fit; a share of e^-3 of them empty; the masked
+share is the one asked).
 
 The model, `BartForConditionalGeneration`, is the book's `Transformer`, post-LN as in 2017, with
 BART's differences, each a line here:
@@ -20,7 +21,8 @@ BART's differences, each a line here:
 - **Learned positions**, with two unused rows first (position p reads row p + 2, as fairseq's
   checkpoints were laid out), and **a LayerNorm on the embeddings** (word + position) of each side.
 - **Exact GELU** in the feed-forward blocks; embeddings not scaled by sqrt(d_model) (an option).
-- **A bias on the logits** (final_logits_bias), kept apart from the tied table.
+- **A fixed bias on the logits** (final_logits_bias): zero in BART's checkpoints, a buffer that
+  Hugging Face never trains; ours is the output layer's bias, loaded and saved, and frozen.
 
 Weights move to and from `transformers`' BartForConditionalGeneration in `transformer_lib.hf`.
 """
@@ -111,7 +113,8 @@ def apply_spans(tokens: torch.Tensor, spans: list[tuple[int, int]], mask_id: int
     pieces, at = [], 0
     mask = tokens.new_tensor([mask_id])
     for start, size in spans:
-        if start < at or size < 0 or start + size > tokens.numel():
+        touching = bool(pieces) and start <= at  # two spans side by side would be one span with two masks
+        if start < at or touching or size < 0 or start + size > tokens.numel():
             raise ValueError(f"spans must be in order, apart and inside the line of {tokens.numel()}, got {spans}")
         pieces += [tokens[at:start], mask]
         at = start + size
@@ -182,6 +185,8 @@ def denoising_pairs(
     src: the line's sentences shuffled (when end_ids names the marks that end one), then text
     infilling, then eos_id. tgt: bos_id, the untouched line, eos_id; the model reads tgt[:, :-1]
     and is scored on tgt[:, 1:], so it writes the whole line back, the words it could see included.
+    (fairseq's BART puts <s> before the source too and starts the decoder with </s>: the same idea with
+    other markers, which matters only for a checkpoint trained with them.)
     """
     if not lines:
         raise ValueError("lines must hold at least one line")
@@ -222,11 +227,11 @@ class BartPositions(nn.Module):
 
     OFFSET = 2
 
-    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0, eps: float = 1e-5):
         super().__init__()
         self.max_len = max_len
         self.table = nn.Embedding(max_len + self.OFFSET, d_model)
-        self.norm = LayerNorm(d_model, 1e-5)  # nn.LayerNorm's default eps, as BART's
+        self.norm = LayerNorm(d_model, eps)  # BART's: nn.LayerNorm's default, 1e-5
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -247,16 +252,22 @@ class BartForConditionalGeneration(Transformer):
 
     def __init__(self, config: TransformerConfig | None = None, **overrides):
         cfg = resolve_config(config if config is not None else bart_config(), overrides)
-        if cfg.tgt_vocab_size != cfg.vocab_size or not cfg.tie_embeddings or cfg.norm_first:
+        if cfg.tgt_vocab_size != cfg.vocab_size or not cfg.tie_embeddings or cfg.norm_first or cfg.final_norm:
             raise ValueError(
                 "BART has one table for both sides and the output (tgt_vocab_size = vocab_size, tie_embeddings=True) "
-                f"and post-LN layers (norm_first=False); got tgt_vocab_size={cfg.tgt_vocab_size}, "
-                f"vocab_size={cfg.vocab_size}, tie_embeddings={cfg.tie_embeddings}, norm_first={cfg.norm_first}"
+                f"and post-LN layers without a final norm (norm_first=False, final_norm=False); got tgt_vocab_size="
+                f"{cfg.tgt_vocab_size}, vocab_size={cfg.vocab_size}, tie_embeddings={cfg.tie_embeddings}, "
+                f"norm_first={cfg.norm_first}, final_norm={cfg.final_norm}"
+            )
+        if cfg.positional != "learned":
+            raise ValueError(
+                f"BART adds learned positions (BartPositions): positional must be 'learned', got {cfg.positional!r}"
             )
         super().__init__(cfg)
-        self.src_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout)
-        self.tgt_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout)
+        self.src_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout, cfg.eps)
+        self.tgt_pos = BartPositions(cfg.d_model, cfg.max_len, cfg.dropout, cfg.eps)
         self.tgt_embed = self.src_embed  # one table: the decoder reads the encoder's
         self.head.weight = self.src_embed.table.weight  # and the output layer is the same table
         with torch.no_grad():
-            self.head.bias.zero_()  # final_logits_bias: zero until trained or loaded
+            self.head.bias.zero_()  # final_logits_bias: zero unless loaded, and never trained (as BART's)
+        self.head.bias.requires_grad_(False)

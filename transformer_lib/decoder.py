@@ -1,7 +1,7 @@
 """The decoder layer (masked self-attention, cross-attention, feed-forward) and the stack.
 
 `plain_decoder_step` runs the same stack one cached token at a time as plain functions over its
-weights: greedy decoding's fast path, with the same operations as the modules in the same order.
+weights: greedy decoding's fast path, with the same operations as the modules on the same inputs.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class Decoder(nn.Module):
 # At batch 1 a cached decoding step does little arithmetic: one token through 4 + 4 layers of width 128
 # is about 0.5 ms of matrix products, and nn.Module's dispatch (hooks looked up, attributes found by
 # name) on some 80 module calls costs more than that. The functions below read each module's weights
-# once and call the same torch functions in the same order, so the numbers are the same bit for bit.
+# once and run the same operations on the same inputs, so the numbers are the same bit for bit.
 # They apply only where that is certain; everywhere else the caller takes the modules' path.
 
 
@@ -144,7 +144,10 @@ def runs_as_written(model: nn.Module) -> bool:
     """
     if any(getattr(nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
         return False
-    return not any(m.training or m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    return not any(
+        m.training or m._forward_hooks or m._forward_pre_hooks or getattr(m, "_compiled_call_impl", None) is not None
+        for m in model.modules()  # a compiled module (module.compile()) runs its own kernels: not these
+    )
 
 
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks_always_called")
@@ -208,7 +211,7 @@ def plain_decoder_step(
 
     Builds one KVCache of `capacity` positions per layer for the self-attention and projects the
     memory's keys and values once; each call then feeds the next position, as `Decoder.forward`
-    with caches and cross caches does, through the same torch functions in the same order.
+    with caches and cross caches does, through the same operations on the same inputs.
     None where the modules must run as modules (`runs_as_written`), and for anything this function
     does not reproduce: a subclass of a layer or of its attention, RoPE, grouped-query attention,
     a parallel block, a layer without cross-attention.

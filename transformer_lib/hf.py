@@ -97,6 +97,8 @@ class Family:
     no_effect: tuple[tuple[str, str], ...] = (
         ("pad_token_id", "a causal LM's forward pass never reads it (its padding is attention_mask's)"),
     )
+    # after the weights: what the model holds outside its config and state (ours, theirs), if anything
+    finish: Callable[[nn.Module, nn.Module], None] | None = None
 
 
 #: The registered families by Hugging Face class name, in the order `to_hf` asks them.
@@ -151,7 +153,7 @@ _NO_EFFECT = {
     "init_std": "how fresh weights are drawn; from_hf copies weights",
     "bos_token_id": "a generation setting: the forward pass never reads it",
     "eos_token_id": "a generation setting: the forward pass never reads it",
-    "decoder_start_token_id": "a generation setting: the forward pass never reads it",
+    "decoder_start_token_id": "where generation starts: read only when no decoder ids are given, never for logits",
     "begin_suppress_tokens": "a generation setting",
     "suppress_tokens": "a generation setting",
     "max_length": "a generation setting",
@@ -185,8 +187,8 @@ _NO_EFFECT = {
     "summary_use_proj": "GPT-2's double-heads model only",
     "summary_activation": "GPT-2's double-heads model only",
     "summary_proj_to_labels": "GPT-2's double-heads model only",
-    "classifier_proj_size": "Whisper's audio classifier only",
-    "use_weighted_layer_sum": "Whisper's audio classifier only",
+    "classifier_proj_size": "an audio classifier's head only (Whisper's, wav2vec 2.0's), which is not converted",
+    "use_weighted_layer_sum": "an audio classifier's head only (Whisper's, wav2vec 2.0's), which is not converted",
     "encoder_stride": "ViT's masked-image model only",
     "pooler_output_size": "ViT's pooler, which the image classifier does not build",
     "pooler_act": "ViT's pooler, which the image classifier does not build",
@@ -1146,6 +1148,17 @@ def _wav2vec2_config(hf_config) -> TransformerConfig:
     )
 
 
+def _wav2vec2_pretraining_config(hf_config) -> TransformerConfig:
+    """As `_wav2vec2_config`, and pre-training hides frames: with apply_spec_augment=False Hugging Face's model
+    ignores the frames it is told to hide, which ours never does."""
+    if not hf_config.apply_spec_augment:
+        raise ValueError(
+            "apply_spec_augment=False: this Wav2Vec2ForPreTraining ignores the frames it is asked to hide, "
+            "and ours hides them; the two would compute different losses"
+        )
+    return _wav2vec2_config(hf_config)
+
+
 def _wav2vec2_kwargs(hf_config) -> dict:
     return dict(
         conv_dims=tuple(hf_config.conv_dim),
@@ -1226,8 +1239,13 @@ def _wav2vec2_load(head: str) -> Callable[[dict[str, torch.Tensor], TransformerC
         bias = f"{conv}.0.conv.bias" in theirs
         names = _wav2vec2_names(layers, bias, normed, cfg.norm_first, cfg.num_layers) + _wav2vec2_head_names(head)
         state = _renamed(theirs, _flipped(names))
-        if "wav2vec2.masked_spec_embed" in theirs:  # absent where their config turns masking off; ours keeps its own
+        if "wav2vec2.masked_spec_embed" in theirs:  # absent where their config turns masking off
             state["wav2vec2.mask_embedding"] = theirs["wav2vec2.masked_spec_embed"]
+        elif head == "pretraining":  # (the CTC model never reads it: ours keeps its own, unused)
+            raise ValueError(
+                "this model has no mask vector (mask_time_prob and mask_feature_prob are 0), so it cannot hide "
+                "frames as pre-training does; ours would hide them with a vector of its own"
+            )
         if head == "pretraining":  # (1, G V, code_dim / G) in theirs, (G, V, code_dim / G) in ours
             codebooks = theirs["quantizer.codevectors"]
             state["quantizer.codebooks"] = codebooks.view(_codebook_groups(theirs), -1, codebooks.shape[-1])
@@ -1268,6 +1286,8 @@ def _wav2vec2_save(head: str) -> Callable[[nn.Module], nn.Module]:
             activation_dropout=cfg.dropout,
             feat_proj_dropout=cfg.dropout,
             final_dropout=cfg.dropout,
+            layerdrop=0.0,  # ours runs every layer in training too
+            feat_quantizer_dropout=0.0,
         )
         if head == "ctc":
             fields["vocab_size"] = cfg.vocab_size
@@ -1302,6 +1322,11 @@ _W2V_IGNORED = {
     "ctc": (),
     "pretraining": ("vocab_size", "tgt_vocab_size"),
 }  # pre-training has no CTC head: its size is not read
+
+
+def _wav2vec2_temperature(ours: nn.Module, theirs: nn.Module) -> None:
+    """The Gumbel-softmax temperature, which training anneals: an attribute of the quantizer, not a config field."""
+    ours.quantizer.tau = float(theirs.quantizer.temperature)
 
 
 def _wav2vec2_pretraining_build(cfg: TransformerConfig, hf_config) -> Wav2Vec2ForPreTraining:
@@ -1466,7 +1491,7 @@ _register(
     Family(
         "wav2vec 2.0 (pre-training)",
         "Wav2Vec2ForPreTraining",
-        _wav2vec2_config,
+        _wav2vec2_pretraining_config,
         _wav2vec2_load("pretraining"),
         _wav2vec2_save("pretraining"),
         lambda c: True,
@@ -1474,6 +1499,7 @@ _register(
         no_effect=tuple((field, why) for field, why in _WAV2VEC2_NO_EFFECT if field not in _PRETRAINING_CARRIED)
         + (("vocab_size", "the CTC head's size; pre-training has no CTC head"),),
         build=_wav2vec2_pretraining_build,
+        finish=_wav2vec2_temperature,
     )
 )
 
@@ -1497,6 +1523,8 @@ def from_hf(hf_model: nn.Module) -> nn.Module:
     if isinstance(ours, DecoderOnlyLM):
         state.setdefault("head.bias", torch.zeros(cfg.vocab_size))  # most families' output layers have no bias
     ours.load_state_dict(state)
+    if family.finish is not None:
+        family.finish(ours, hf_model)
     _refuse_what_is_not_carried(hf_model.config, family.save(ours).config, family)
     return ours.eval()
 

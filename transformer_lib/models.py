@@ -134,7 +134,10 @@ class Transformer(nn.Module):
         call (`decoder.plain_decoder_step`); None where the modules must run as modules (a hook, training
         mode, a subclass that changes decoding) or the decoder is one the plain step does not reproduce.
         """
-        plain = type(self).decode is Transformer.decode and runs_as_written(self)
+        mine = all(
+            getattr(type(self), m) is getattr(Transformer, m) for m in ("decode", "new_cache", "new_cross_cache")
+        )
+        plain = mine and runs_as_written(self)
         if not plain or type(self.tgt_embed) is not TokenEmbedding or type(self.tgt_pos) not in _ADDED:
             return None
         layers = plain_decoder_step(self.decoder, memory, src_mask, capacity)

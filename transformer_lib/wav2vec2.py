@@ -19,9 +19,9 @@ This module holds those parts, each a function or a small module over plain tens
   convolutions (GELU; a GroupNorm after the first, or a LayerNorm after each); a LayerNorm and a
   linear layer to the model width; positions from a grouped convolution over the frames (kernel 128,
   16 groups, weight-normalised), added once; a LayerNorm before the layers (post-LN, the base model)
-  or after them (pre-LN, the large models' "stable" variant); exact GELU. `Wav2Vec2ForPreTraining` adds
-  the quantizer and the two projections the loss compares. Weights move to and from `transformers`'
-  Wav2Vec2ForCTC and Wav2Vec2ForPreTraining in `transformer_lib.hf`.
+  or after them (pre-LN, the "stable" variant of the LV-60 and XLSR large models); exact GELU.
+  `Wav2Vec2ForPreTraining` adds the quantizer and the two projections the loss compares. Weights move to
+  and from `transformers`' Wav2Vec2ForCTC and Wav2Vec2ForPreTraining in `transformer_lib.hf`.
 
 `tests/unit/test_wav2vec2.py` checks them against `transformers`' Wav2Vec2ForPreTraining (its quantizer,
 and its loss on the same hidden frames and distractors) and by their statistics.
@@ -104,7 +104,9 @@ def span_mask(
     """The frames to hide, bool (batch, frames): every frame starts a span of `span` frames with probability start_prob.
 
     Spans may overlap (then they merge) and are cut at the clip's end; with the paper's 0.065 and 10,
-    about 1 - (1 - 0.065)^10 = 49% of the frames away from the edges are hidden. A clip with fewer
+    about 1 - (1 - 0.065)^10 = 49% of the frames away from the edges are hidden. (The paper and
+    fairseq draw a share p of the frames as starts without replacement, and fairseq and Hugging Face
+    keep starts at least `span` frames from the end; the share hidden is close to this one's.) A clip with fewer
     than min_spans starts gets that many drawn uniformly (wav2vec 2.0 needs at least two hidden frames
     per clip, so that each has a distractor).
     """
@@ -159,9 +161,10 @@ class GumbelQuantizer(nn.Module):
     A linear layer scores the V entries of each of G codebooks; each codebook gives one entry of
     width code_dim / G, and the code is their concatenation, so G codebooks of V entries name V^G codes.
     In training the entry is drawn by a Gumbel-softmax with hard=True: the forward pass uses the
-    one-hot choice, the backward pass the gradient of the soft probabilities at temperature tau
+    one-hot choice, the backward pass the gradient of the noisy softmax at temperature tau
     (straight-through). In eval mode it is the highest score. The perplexity is exp of the entropy
-    of each codebook's average choice (the soft probabilities in training, the one-hot ones in eval),
+    of each codebook's average choice (in training the plain softmax of the scores, without noise
+    and at temperature 1; in eval the one-hot choices),
     summed over the codebooks: G * V when every entry is used alike, G when one is.
     """
 
@@ -235,7 +238,7 @@ def contrastive_logits(
 def contrastive_loss(logits: torch.Tensor, mask: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
     """Cross-entropy with the true target (column 0) as the answer, over the hidden frames only.
 
-    logits (B, T, 1 + K), mask (B, T) bool. "sum" (the paper's and Hugging Face's, beside a diversity
+    logits (B, T, 1 + K), mask (B, T) bool. "sum" (fairseq's and Hugging Face's, beside a diversity
     term scaled by the number of hidden frames) or "mean" over the hidden frames.
     """
     if mask.shape != logits.shape[:2] or mask.dtype != torch.bool:
@@ -252,8 +255,8 @@ def contrastive_loss(logits: torch.Tensor, mask: torch.Tensor, reduction: str = 
 def wav2vec2_config(**fields) -> TransformerConfig:
     """The Transformer of wav2vec 2.0 base in our config (768 wide, 12 layers of 12 heads, exact GELU, post-LN).
 
-    vocab_size is the CTC head's size (the characters and the blank); norm_first=True is the large
-    models' "stable layer norm" variant. Positions come from `ConvPositions`, so config.positional and
+    vocab_size is the CTC head's size (the characters and the blank); norm_first=True is the "stable layer
+    norm" variant of the LV-60 and XLSR large models. Positions come from `ConvPositions`, so config.positional and
     max_len are not read.
     """
     base = dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, activation="gelu", dropout=0.1, pad_id=None)
@@ -266,7 +269,7 @@ class FeatureEncoder(nn.Module):
     """Samples (B, L) -> features (B, conv_dims[-1], T): 1-D convolutions without padding, each followed by GELU.
 
     norm="group": a GroupNorm with one group per channel after the first convolution only (wav2vec 2.0
-    base); "layer": a LayerNorm over the channels after every one (the large models). T is
+    base); "layer": a LayerNorm over the channels after every one (the LV-60 and XLSR large models). T is
     `conv_frames(L, kernels, strides)`.
     """
 
@@ -435,7 +438,8 @@ class Wav2Vec2ForPreTraining(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(loss, contrastive, diversity): the contrastive loss summed over the hidden frames, plus
         diversity_weight times the diversity loss times the number of hidden frames (so that the two
-        keep their balance whatever the batch), as the paper and Hugging Face add them."""
+        keep their balance whatever the batch), as fairseq and Hugging Face add them. (The paper writes
+        L_m + alpha L_d with L_d the codebooks' negative entropy over G V: the same minimum, another scale.)"""
         context, targets, perplexity = self(samples, mask)
         contrastive = contrastive_loss(contrastive_logits(context, targets, negatives, self.temperature), mask)
         diversity = diversity_loss(perplexity, self.quantizer.groups, self.quantizer.entries) * mask.sum()

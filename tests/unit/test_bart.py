@@ -126,6 +126,7 @@ def test_token_deletion_drops_the_rate_asked_and_keeps_the_order():
         (lambda: bart.text_infilling(_line(5), -1), "mask_id must be a non-negative int"),
         (lambda: bart.apply_spans(_line(5), [(3, 1), (2, 1)], MASK), "in order, apart and inside"),
         (lambda: bart.apply_spans(_line(5), [(3, 4)], MASK), "inside the line of 5"),
+        (lambda: bart.apply_spans(_line(5), [(0, 2), (2, 1)], MASK), "apart"),  # side by side: one span
         (lambda: bart.sentence_permutation(_line(5), []), "at least one id"),
         (lambda: bart.token_deletion(_line(5), 1.0), r"rate must be in \[0, 1\)"),
         (lambda: bart.infilling_spans(-2), "length must be a non-negative int"),
@@ -198,8 +199,15 @@ def test_bart_refuses_what_it_is_not_by_name():
         theirs = transformers.BartForConditionalGeneration(transformers.BartConfig(**{**small, field: value})).eval()
         with pytest.raises(ValueError, match=field):
             from_hf(theirs)
+    small_ours = dict(vocab_size=20, d_model=8, num_heads=2)
     with pytest.raises(ValueError, match="one table for both sides"):
-        bart.BartForConditionalGeneration(bart.bart_config(vocab_size=20, tgt_vocab_size=21, d_model=8, num_heads=2))
+        bart.BartForConditionalGeneration(bart.bart_config(tgt_vocab_size=21, **small_ours))
+    with pytest.raises(ValueError, match="final_norm=True"):
+        bart.BartForConditionalGeneration(bart.bart_config(final_norm=True, **small_ours))
+    with pytest.raises(ValueError, match="positional must be 'learned'"):
+        bart.BartForConditionalGeneration(bart.bart_config(positional="rope", **small_ours))
+    model = bart.BartForConditionalGeneration(bart.bart_config(**small_ours))
+    assert not model.head.bias.requires_grad and not model.head.bias.any()  # final_logits_bias: fixed, zero
 
 
 def test_denoising_pairs_hold_the_noised_line_and_the_whole_line_to_write_back():

@@ -150,3 +150,22 @@ def test_the_plain_step_refuses_a_wrong_shape():
         step = plain_decoder_step(model.decoder, model.encode(SRC), model.make_src_mask(SRC), 4)
         with pytest.raises(ValueError, match=r"one position, shape \(3, 1, 32\), got \(3, 2, 32\)"):
             step(torch.zeros(3, 2, 32))
+
+
+@pytest.mark.slow  # importing torch's compiler takes seconds
+def test_a_compiled_module_takes_the_modules():
+    model = _model(8)
+    assert runs_as_written(model)
+    model.decoder.layers[0].feed_forward.compile()  # compiled lazily: nothing runs here
+    assert not runs_as_written(model)
+
+
+def test_a_model_with_its_own_caches_takes_the_modules():
+    class OwnCache(tl.Transformer):
+        def new_cache(self, capacity=None):
+            return super().new_cache(capacity)
+
+    torch.manual_seed(9)
+    other = OwnCache(vocab_size=13, **SMALL).eval()
+    with torch.inference_mode():
+        assert other.plain_step(other.encode(SRC), None, 3) is None

@@ -283,3 +283,15 @@ def test_our_pretraining_model_gives_hugging_faces_loss_with_the_same_weights_bo
     torch.testing.assert_close(targets, out.projected_quantized_states, atol=1e-5, rtol=0)
     torch.testing.assert_close(perplexity, out.codevector_perplexity, atol=1e-5, rtol=0)
     assert type(back).__name__ == "Wav2Vec2ForPreTraining" and back.config.diversity_loss_weight == 0.1
+
+
+def test_pretraining_refuses_a_model_that_would_not_hide_frames_and_keeps_its_temperature():
+    from transformer_lib.hf import from_hf
+
+    with pytest.raises(ValueError, match="apply_spec_augment=False"):
+        from_hf(_hf_model(12, apply_spec_augment=False).eval())
+    with pytest.raises(ValueError, match="no mask vector"):
+        from_hf(_hf_model(12, mask_time_prob=0.0, mask_feature_prob=0.0).eval())
+    theirs = _hf_model(12)
+    theirs.set_gumbel_temperature(0.7)  # annealed in training: an attribute, not a config field
+    assert from_hf(theirs.eval()).quantizer.tau == pytest.approx(0.7)
