@@ -369,6 +369,7 @@ class Wav2Vec2Model(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, samples: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """samples (B, L), mask (B, T) bool or None -> (hidden (B, T, d_model), features (B, T, C))."""
         features = self.feature_norm(self.features(samples).transpose(1, 2))  # (B, C, T) -> (B, T, C)
         x = self.dropout(self.projection(features))  # (B, T, d_model)
         if mask is not None:
@@ -394,6 +395,7 @@ class Wav2Vec2ForCTC(nn.Module):
         self.head = nn.Linear(self.config.d_model, self.config.vocab_size)
 
     def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        """samples (B, L) -> logits (B, T, vocab_size)."""
         hidden, _ = self.wav2vec2(samples)
         return self.head(self.dropout(hidden))  # (B, T, vocab_size)
 
@@ -429,6 +431,7 @@ class Wav2Vec2ForPreTraining(nn.Module):
     def forward(
         self, samples: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """samples (B, L), mask (B, T) bool or None -> (context, targets (B, T, proj_dim), perplexity)."""
         hidden, features = self.wav2vec2(samples, mask)  # (B, T, d_model), (B, T, C)
         codes, perplexity, _ = self.quantizer(features, mask)  # (B, T, code_dim)
         return self.project_context(hidden), self.project_codes(codes), perplexity
