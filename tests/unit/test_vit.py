@@ -181,6 +181,16 @@ def test_the_shipped_vit_and_its_comparisons_hold_what_the_chapter_says():
     for record in runs["runs"]["class token"]:  # with positions: shuffled digits are mostly misread
         assert record["shuffled_accuracy"] < 0.5 < 0.95 < record["test_accuracy"]
     assert 0.95 < runs["logistic regression"] < 0.99
+    for records in runs["runs"].values():  # the images each run got right are the accuracies it records
+        for r in records:
+            for right, accuracy in (("right", "test_accuracy"), ("shifted_right", "shifted_accuracy")):
+                assert len(r[right]) == vit.DIGITS_TEST and set(r[right]) <= {"0", "1"}
+                assert r[right].count("1") / vit.DIGITS_TEST == pytest.approx(r[accuracy], abs=1e-12)
+    by_seed = zip(runs["runs"]["convolutional network"], runs["runs"]["class token"])
+    for cnn, vit_run in by_seed:  # the bias the chapter measures: a moved digit hurts the CNN less, at every seed
+        assert cnn["shifted_accuracy"] > vit_run["shifted_accuracy"] + 0.15
+    for name in ("class token, shifted in training", "convolutional network, shifted in training"):
+        assert all(r["shifted_accuracy"] > 0.85 for r in runs["runs"][name])
 
 
 @pytest.mark.slow
@@ -243,3 +253,130 @@ def test_mean_attention_distance_reads_weights_captured_from_a_vit():
     torch.testing.assert_close(per_image.mean(0), vit.mean_attention_distance(seen["encoder.layers.0.self_attn"], 4, 2))
     largest = 2 * (3**2 + 3**2) ** 0.5  # corner to corner of a 4 x 4 grid of 2-pixel patches
     assert bool((per_image > 0).all()) and bool((per_image < largest).all())
+
+
+def test_attention_rollout_against_a_hand_computation_in_layer_order():
+    first = torch.tensor([[1.0, 0.0], [0.5, 0.5]])  # token 1 reads half of token 0
+    second = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # each token reads only the other
+    # heads averaged: layer 1's second head attends to itself, so the mean is [[1, 0], [0.25, 0.75]]
+    layer1 = torch.stack([first, torch.eye(2)])[None]  # (1, 2, 2, 2)
+    layer2 = second[None, None]  # (1, 1, 2, 2)
+    mixed1 = 0.5 * torch.tensor([[1.0, 0.0], [0.25, 0.75]]) + 0.5 * torch.eye(2)  # rows already sum to 1
+    mixed2 = 0.5 * second + 0.5 * torch.eye(2)  # [[0.5, 0.5], [0.5, 0.5]]
+    rolled = vit.attention_rollout([layer1, layer2])
+    torch.testing.assert_close(rolled[0], mixed2 @ mixed1)  # the later layer on the left
+    torch.testing.assert_close(rolled[0], torch.tensor([[0.5625, 0.4375], [0.5625, 0.4375]]))
+    assert not torch.allclose(rolled[0], mixed1 @ mixed2)  # the order matters here
+    torch.testing.assert_close(vit.attention_rollout([layer1])[0], mixed1)
+    # attention that only looks at itself leaves every token itself
+    torch.testing.assert_close(
+        vit.attention_rollout([torch.eye(5).expand(3, 2, 5, 5)] * 4), torch.eye(5).expand(3, 5, 5)
+    )
+
+
+def test_attention_rollout_rows_are_shares_on_a_trained_vits_weights():
+    from transformer_lib import capture_attention
+    from transformer_lib.checkpoints import load_checkpoint
+
+    model, _ = load_checkpoint("digits_vit")
+    _, _, test_x, _ = vit.digits_data()
+    with torch.no_grad(), capture_attention(model) as seen:
+        model(test_x[:20])
+    layers = [seen[f"encoder.layers.{i}.self_attn"] for i in range(2)]  # (20, 4, 17, 17) each, layer 0 first
+    rolled = vit.attention_rollout(layers)  # (20, 17, 17)
+    assert rolled.shape == (20, 17, 17) and (rolled >= 0).all()
+    torch.testing.assert_close(rolled.sum(-1), torch.ones(20, 17))
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([], "non-empty list"),
+        (torch.rand(1, 2, 3, 3), "non-empty list"),
+        ([torch.rand(2, 3, 3)], r"layer 0's weights must be self-attention of shape \(B, h, T, T\), got \(2, 3, 3\)"),
+        ([torch.rand(1, 2, 3, 3), torch.rand(1, 2, 4, 4)], "layer 1 is"),
+    ],
+)
+def test_attention_rollout_names_what_it_expected(weights, message):
+    with pytest.raises(ValueError, match=message):
+        vit.attention_rollout(weights)
+
+
+@pytest.mark.parametrize("down", [-1, 0, 1, 2])
+@pytest.mark.parametrize("right", [-2, 0, 1])
+def test_shift_images_moves_every_pixel_and_fills_with_zeros(down, right):
+    torch.manual_seed(0)
+    images = torch.rand(3, 2, 5, 6) + 1  # no zeros of its own, so a zero can only be moved in
+    moved = vit.shift_images(images, torch.tensor([[down, right]] * 3))
+    for r in range(5):
+        for c in range(6):
+            source = (r - down, c - right)
+            if 0 <= source[0] < 5 and 0 <= source[1] < 6:
+                assert torch.equal(moved[:, :, r, c], images[:, :, source[0], source[1]])
+            else:
+                assert (moved[:, :, r, c] == 0).all()
+
+
+def test_shift_images_moves_each_image_its_own_way():
+    images = torch.arange(2 * 16.0).reshape(2, 1, 4, 4)
+    moved = vit.shift_images(images, torch.tensor([[0, 0], [-1, 0]]))
+    assert torch.equal(moved[0], images[0])  # (0, 0) leaves an image as it was
+    assert torch.equal(moved[1, 0, :3], images[1, 0, 1:]) and (moved[1, 0, 3] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "shifts, message",
+    [
+        (torch.zeros(3, 2, dtype=torch.long), r"shape \(2, 2\), got \(3, 2\)"),
+        (torch.zeros(2, 2), "whole numbers"),
+        ([[0, 1], [1, 0]], "whole numbers"),
+    ],
+)
+def test_shift_images_names_what_it_expected(shifts, message):
+    with pytest.raises(ValueError, match=message):
+        vit.shift_images(torch.rand(2, 1, 4, 4), shifts)
+
+
+def test_random_shifts_are_uniform_over_the_moves_and_still_only_when_asked():
+    generator = torch.Generator().manual_seed(0)
+    for largest, still, moves in [(1, False, 8), (1, True, 9), (2, False, 24)]:
+        n = 4_000 * moves
+        drawn = vit.random_shifts(n, largest, generator, still=still)  # (n, 2)
+        assert drawn.dtype == torch.long and drawn.abs().max() == largest
+        kinds, counts = torch.unique(drawn, dim=0, return_counts=True)
+        assert len(kinds) == moves
+        assert still == bool(((kinds == 0).all(-1)).any())
+        expected = n / moves  # each count is binomial: 5 standard deviations either side
+        assert (counts - expected).abs().max() < 5 * (expected * (1 - 1 / moves)) ** 0.5
+    with pytest.raises(ValueError, match="largest at least 1"):
+        vit.random_shifts(4, 0)
+
+
+def test_the_cnn_baseline_sees_a_moved_stroke_a_pixel_away():
+    torch.manual_seed(0)
+    model = vit.DigitsCNN(width=4)
+    assert model(torch.rand(5, 1, 8, 8)).shape == (5, 10)
+    first = model.features[0]  # the first convolution: the same filter at every place
+    image = torch.zeros(1, 1, 8, 8)
+    image[0, 0, 3:5, 2:4] = 1.0  # a small stroke well inside the image
+    moved = vit.shift_images(image, torch.tensor([[1, 1]]))
+    torch.testing.assert_close(first(moved)[..., 1:, 1:], first(image)[..., :-1, :-1])
+    assert sum(p.numel() for p in vit.DigitsCNN().parameters()) == 56_394  # the docstring's "about 56,000"
+    with pytest.raises(ValueError, match=r"\(B, 1, H, W\)"):
+        model(torch.rand(5, 3, 8, 8))
+
+
+def test_digits_variant_builds_what_its_name_says():
+    from transformer_lib import recipes
+
+    cnn, train = recipes.digits_variant("convolutional network, shifted in training", 0)
+    assert isinstance(cnn, vit.DigitsCNN) and train == {"shift": 1}
+    model, train = recipes.digits_variant("no positions", 2)
+    assert isinstance(model, vit.VisionTransformer) and train == {"shift": 0}
+    assert not model.position.requires_grad
+    again, _ = recipes.digits_variant("no positions", 2)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    with pytest.raises(ValueError, match="no variant called 'cnn'"):
+        recipes.digits_variant("cnn", 0)
+    with pytest.raises(ValueError, match="shift must be 0"):
+        recipes.train_digits_vit(model, 1, shift=-1)
