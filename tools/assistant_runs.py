@@ -7,11 +7,15 @@ the checker's reward and with a loophole, over seeds.
 
 Each run is transformer_lib.recipes.ASSISTANT_RUNS[name](seed). The file, transformer_lib/checkpoints/
 assistant_runs.json, records per run and seed the held-out scores (recipes.assistant_scores: greedy exact match per
-task, pass@1 at temperature 1, answer length), what else the run's last evaluation holds (GRPO's mean reward at its
-start and end), the wall time with the machine and its load, its greedy answers to EXAMPLES, and the untrained base
-model's scores. The SFT runs also record recipes.user_imitation. A run already in the file is skipped unless
---force. tests/unit/test_assistant.py re-runs one and compares. The shipped file was made with one thread
-(OMP_NUM_THREADS=1) on a two-core machine, after the shipped assistant_sft checkpoint (DPO and GRPO start there).
+task, pass@1 at temperature 1, answer length); which held-out prompts the pass@1 sample got right ("right": one 0
+or 1 per prompt, the same draws for every run, so that runs pair prompt by prompt); what else the run's last
+evaluation holds (the mean reward at the start and end of GRPO and expert iteration, with "reward by step"; for
+"grpo from its own sft", the SFT run's scores, "sft ..." and "sft right"); the wall time with the machine and its
+load; its greedy answers to EXAMPLES; and the untrained base model's scores. The SFT runs also record
+recipes.user_imitation. A run already in the file is skipped unless --force. tests/unit/test_assistant.py re-runs
+one and compares. The shipped file was made with one thread (OMP_NUM_THREADS=1) on a two-core machine, after the
+shipped assistant_sft checkpoint (DPO and GRPO start there); "grpo", "expert iteration" and "grpo from its own
+sft" were run later on another CPU (their records name it).
 """
 
 from __future__ import annotations
@@ -54,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
                 if pairs is None:
                     sft, _ = load_checkpoint("assistant_sft")
                     pairs = recipes.dpo_pairs(sft, chat.chat_tokenizer())
-                model, history, _ = recipes.ASSISTANT_RUNS[name](seed, pairs=pairs)
+                model, history, extra = recipes.ASSISTANT_RUNS[name](seed, pairs=pairs)
             else:
-                model, history, _ = recipes.ASSISTANT_RUNS[name](seed)
-            record = {"seed": seed, **history.evals[-1], "seconds": round(history.seconds, 1)}
+                model, history, extra = recipes.ASSISTANT_RUNS[name](seed)
+            record = {"seed": seed, **history.evals[-1], "seconds": round(history.seconds, 1), **extra}
+            # the held-out prompts its pass@1 sample got right, one "1" or "0" each, so that runs pair prompt by prompt
+            record["right"] = recipes.sampled_right(model, chat.chat_tokenizer(), chat.task_words()[1])
             record["examples"] = dict(zip(EXAMPLES, chat.answer(model, chat.chat_tokenizer(), EXAMPLES)))
             if name.startswith("sft"):
                 record["user imitation"] = recipes.user_imitation(model, chat.chat_tokenizer())

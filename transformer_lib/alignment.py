@@ -8,6 +8,9 @@ reference implementation (TRL's) on the same inputs:
 - `group_advantages`: GRPO's group-relative advantages (Shao et al., 2024);
 - `grpo_loss`: GRPO's clipped-ratio loss with a KL penalty to a frozen reference;
 - `pass_at_k`: the unbiased estimate of pass@k from n samples of which c are right (Chen et al., 2021).
+
+And the loops that use them: `train_dpo`, `train_grpo`, and `train_expert_iteration`, the baseline GRPO must
+beat (sample, keep the right answers, fine-tune on them), which draws its samples exactly as GRPO does.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ __all__ = [
     "preference_pairs",
     "train_dpo",
     "train_grpo",
+    "train_expert_iteration",
 ]
 
 
@@ -295,6 +299,38 @@ def train_dpo(
         )
 
 
+def _sampled_groups(
+    policy: nn.Module,
+    tok: ChatTokenizer,
+    words: list[str],
+    reward: Callable[[str, str], float],
+    prompts_per_step: int,
+    group: int,
+    seed: int,
+    mean_rewards: list[float],
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Endless steps of on-policy samples: (ids (P * G, T), answer mask (P * G, T), rewards (P * G,)).
+
+    Each step draws `prompts_per_step` user lines about `words` (a random.Random(seed)), samples `group` answers to
+    each from the policy at temperature 1 (a torch generator seeded with `seed`, on the policy's device) and scores
+    them with `reward(prompt, answer)`; the step's mean reward is appended to `mean_rewards`. GRPO and expert
+    iteration draw the same samples from the same policy.
+    """
+    device = next(policy.parameters()).device
+    prompt_rng = random.Random(seed)
+    sample_rng = torch.Generator(device=device).manual_seed(seed)
+    while True:
+        prompts = random_instructions(prompts_per_step, words, prompt_rng)
+        repeated = [p for p in prompts for _ in range(group)]
+        written = sample_answers(policy, tok, repeated, temperature=1.0, rng=sample_rng)
+        scores = torch.tensor([reward(p, tok.decode_answer(a)) for p, a in zip(repeated, written)])  # (P * G,)
+        mean_rewards.append(scores.mean().item())
+        encoded = [tok.encode_chat(p)[0] + a for p, a in zip(repeated, written)]
+        ids = pad_sequences(encoded, tok.base.pad_id)  # (P * G, T)
+        mask = pad_sequences([[0] * len(tok.encode_chat(p)[0]) + [1] * len(a) for p, a in zip(repeated, written)], 0)
+        yield ids, mask, scores
+
+
 def train_grpo(
     policy: nn.Module,
     reference: nn.Module,
@@ -326,23 +362,12 @@ def train_grpo(
     without_dropout(policy)
     without_dropout(reference).eval()
     device = next(policy.parameters()).device
-    prompt_rng = random.Random(seed)
-    sample_rng = torch.Generator(device=device).manual_seed(seed)
     mean_rewards: list[float] = []
+    samples = _sampled_groups(policy, tok, words, reward, prompts_per_step, group, seed, mean_rewards)
 
     def batches() -> Iterator[tuple[torch.Tensor, ...]]:
-        while True:
-            prompts = random_instructions(prompts_per_step, words, prompt_rng)
-            repeated = [p for p in prompts for _ in range(group)]
-            written = sample_answers(policy, tok, repeated, temperature=1.0, rng=sample_rng)
-            scores = torch.tensor([reward(p, tok.decode_answer(a)) for p, a in zip(repeated, written)])
-            mean_rewards.append(scores.mean().item())
+        for ids, mask, scores in samples:
             advantages = group_advantages(scores.view(prompts_per_step, group)).flatten()  # (P * G,)
-            encoded = [tok.encode_chat(p)[0] + a for p, a in zip(repeated, written)]
-            ids = pad_sequences(encoded, tok.base.pad_id)  # (P * G, T)
-            mask = pad_sequences(
-                [[0] * len(tok.encode_chat(p)[0]) + [1] * len(a) for p, a in zip(repeated, written)], 0
-            )
             with torch.no_grad():
                 ref = sequence_logprobs(reference, ids.to(device), mask.to(device)).cpu()  # (P * G, T - 1)
             yield ids, mask, advantages, ref
@@ -366,5 +391,58 @@ def train_grpo(
             eval_fn=eval_fn,
             eval_every=eval_every,
             desc="GRPO",
+        )
+    return history, mean_rewards
+
+
+def train_expert_iteration(
+    policy: nn.Module,
+    tok: ChatTokenizer,
+    words: list[str],
+    reward: Callable[[str, str], float],
+    steps: int,
+    prompts_per_step: int = 16,
+    group: int = 8,
+    lr: float = 3e-5,
+    warmup: int = 20,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[History, list[float]]:
+    """Expert iteration, online: sample, keep the answers the reward calls right (reward >= 1), fine-tune on them.
+
+    Each step draws the same samples GRPO's would (`prompts_per_step` user lines, `group` answers each, at
+    temperature 1, from the policy as it is now) and takes one AdamW step on the kept answers' cross-entropy per
+    answer token, as supervised fine-tuning does, with the learning rate warmed up over `warmup` steps, then a
+    cosine decay. No reference model, no KL term and no negative signal: a wrong answer is only left out.
+    Dropout is switched off. A step in which no answer is right has a zero loss and a zero gradient (Adam's
+    running averages still move the weights a little). Returns (History, mean reward of each step's samples),
+    as train_grpo does.
+    """
+    without_dropout(policy)
+    mean_rewards: list[float] = []
+    samples = _sampled_groups(policy, tok, words, reward, prompts_per_step, group, seed, mean_rewards)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for ids, mask, scores in samples:
+            kept = scores >= 1.0  # (P * G,): the right answers
+            yield ids, mask * kept[:, None].to(mask.dtype)  # a wrong answer's tokens leave the loss
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        ids, mask = batch
+        logp = sequence_logprobs(model, ids, mask)  # (N, T - 1), zero outside the kept answers
+        return -logp.sum() / mask[:, 1:].sum().clamp_min(1)  # cross-entropy per kept answer token
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        history = fit(
+            policy,
+            loss_fn,
+            batches(),
+            steps,
+            lr=lr,
+            warmup=warmup,
+            weight_decay=0.0,
+            progress=progress,
+            desc="expert iteration",
         )
     return history, mean_rewards

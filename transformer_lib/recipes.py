@@ -9,6 +9,7 @@ compares their losses with the ones the checkpoint recorded.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from . import corpus
-from .alignment import preference_pairs, train_dpo, train_grpo, without_dropout
+from .alignment import preference_pairs, train_dpo, train_expert_iteration, train_grpo, without_dropout
 from .bert import IGNORE, BertForMaskedLM, bert_config, mask_tokens, mlm_loss
 from .chat import (
     MAX_ANSWER,
@@ -70,7 +71,7 @@ from .training import (
     repeat_losses,
     seq2seq_loss,
 )
-from .vit import VisionTransformer, digits_data, image_accuracy, vit_config
+from .vit import DigitsCNN, VisionTransformer, digits_data, image_accuracy, random_shifts, shift_images, vit_config
 
 __all__ = [
     "bracket_classifier_data",
@@ -99,6 +100,7 @@ __all__ = [
     "finetune_runs_path",
     "load_finetune_runs",
     "digits_vit",
+    "digits_variant",
     "train_digits_vit",
     "VIT_STEPS",
     "VIT_VARIANTS",
@@ -113,6 +115,7 @@ __all__ = [
     "assistant_base",
     "assistant_scores",
     "sampled_pass_at_1",
+    "sampled_right",
     "length_reward",
     "REWARDS",
     "SFT_STEPS",
@@ -130,6 +133,7 @@ __all__ = [
     "SEED_RUN_STEPS",
     "LORA_RANKS",
     "LORA_ALPHAS",
+    "LORA_CONTROL_LR",
     "SEED_RUNS",
     "SEED_RUN_METRICS",
     "seed_runs_path",
@@ -386,14 +390,18 @@ def _adapt(
     seed: int = 0,
     rank: int = LORA_RANK,
     alpha: float = LORA_ALPHA,
+    lr_scale: float = 1.0,
 ) -> tuple[nn.Module, History, dict]:
     """The shipped character model fine-tuned on adaptation_data's first part: 300 AdamW steps of 16 windows.
 
     "lora" trains rank-8 adapters (alpha 16) on every linear layer of every block (everything else
     frozen, lr 2e-3) and returns the merged model; "full" trains every weight (lr 3e-4). Both are
     evaluated on the play's last 20%. `seed` picks the windows drawn, the adapters' A and dropout's
-    masks; the shipped checkpoints use seed 0, rank 8 and alpha 16.
+    masks; the shipped checkpoints use seed 0, rank 8, alpha 16 and lr_scale 1 (the learning rate's
+    multiplier: chapter 14's control runs alpha 16 at 4 times the rate beside alpha 64).
     """
+    if not lr_scale > 0:
+        raise ValueError(f"lr_scale must be positive, got {lr_scale}")
     from .checkpoints import load_checkpoint
 
     _, learn, test = adaptation_data()
@@ -404,10 +412,10 @@ def _adapt(
     held_out = lambda m: {"test loss": lm_eval_loss(m, test, SHAKESPEARE_BLOCK)}
     with torch.random.fork_rng():  # the adapters' A and dropout's masks come from this seed, not the caller's state
         torch.manual_seed(seed)
-        lr = 3e-4
+        lr = 3e-4 * lr_scale
         if method == "lora":
             add_lora(model, LORA_TARGETS, r=rank, alpha=alpha)
-            lr = 2e-3
+            lr = 2e-3 * lr_scale
         trainable, total = trainable_parameters(model)
         history = fit(
             model,
@@ -595,11 +603,15 @@ def load_finetune_runs(path: Path | None = None) -> dict:
 
 
 VIT_STEPS = 1000  # the digits ViT: 1,000 AdamW steps of 64 images (about 53 passes over the 1,200)
-# chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> VisionTransformer arguments
+# chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> digits_model's arguments (a ViT's, or
+# model="cnn"), with "shift": the largest random move, in pixels, of each training image (0: none)
 VIT_VARIANTS = {
     "class token": dict(pool="cls"),
     "mean pooling": dict(pool="mean"),
     "no positions": dict(pool="cls", positions=False),
+    "class token, shifted in training": dict(pool="cls", shift=1),
+    "convolutional network": dict(model="cnn"),
+    "convolutional network, shifted in training": dict(model="cnn", shift=1),
 }
 
 
@@ -611,25 +623,47 @@ def digits_vit(seed: int = 0, pool: str = "cls", positions: bool = True) -> Visi
         return VisionTransformer(cfg, image_size=8, patch_size=2, num_classes=10, pool=pool, positions=positions)
 
 
+def digits_variant(name: str, seed: int = 0) -> tuple[nn.Module, dict]:
+    """One of VIT_VARIANTS, built at `seed`: (the model, train_digits_vit's keyword arguments)."""
+    if name not in VIT_VARIANTS:
+        raise ValueError(f"no variant called {name!r}; the variants are {list(VIT_VARIANTS)}")
+    arguments = dict(VIT_VARIANTS[name])
+    train = {"shift": arguments.pop("shift", 0)}
+    if arguments.pop("model", "vit") == "cnn":
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return DigitsCNN(channels=1, num_classes=10, width=32), train
+    return digits_vit(seed, **arguments), train
+
+
 def train_digits_vit(
-    model: VisionTransformer,
+    model: nn.Module,
     steps: int = VIT_STEPS,
     seed: int = 0,
     *,
+    shift: int = 0,
     progress: bool = False,
     device: torch.device | str | None = None,
 ) -> History:
     """Train `model` on the digits' 1,200 training images: `steps` AdamW steps of 64 drawn at random (seeded).
 
     Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05; the held-out accuracy is
-    measured at the end (History.evals[-1]["test accuracy"])."""
+    measured at the end (History.evals[-1]["test accuracy"]). shift > 0 moves every training image by a random
+    whole number of pixels, up to `shift` each way, (0, 0) included (`vit.random_shifts` with still=True, from
+    the same seeded draws): the bias a
+    convolution has, given as data instead. Any image classifier trains this way (the chapter's CNN too)."""
+    if shift < 0:
+        raise ValueError(f"shift must be 0 (no moves) or a positive number of pixels, got {shift}")
     train_x, train_y, test_x, test_y = digits_data()
     rng = torch.Generator().manual_seed(seed)
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
             rows = torch.randint(len(train_y), (64,), generator=rng)  # (64,)
-            yield train_x[rows], train_y[rows]  # (64, 1, 8, 8), (64,)
+            images = train_x[rows]  # (64, 1, 8, 8)
+            if shift:
+                images = shift_images(images, random_shifts(64, shift, rng, still=True))  # (64, 1, 8, 8)
+            yield images, train_y[rows]  # (64, 1, 8, 8), (64,)
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -766,12 +800,20 @@ def length_reward(prompt: str, reply: str) -> float:
 REWARDS: dict[str, Callable[[str, str], float]] = {"exact": exact_reward, "length": length_reward}
 
 
-def sampled_pass_at_1(model: nn.Module, tok: ChatTokenizer, words: list[str], seed: int = _PASS_SEED) -> float:
-    """pass@1 at temperature 1: the share of (task, word) prompts that one sampled answer gets exactly right."""
+def sampled_right(model: nn.Module, tok: ChatTokenizer, words: list[str], seed: int = _PASS_SEED) -> str:
+    """One sampled answer (temperature 1) to each (task, word) prompt, tasks in TASKS order: "1" where it is exactly
+    right, "0" where not. Every model is measured on the same draws of its generator, so two runs pair prompt by
+    prompt."""
     prompts = [instruction(task, w) for task in TASKS for w in words]
     rng = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     replies = answer(model, tok, prompts, temperature=1.0, rng=rng)
-    return sum(exact_reward(p, r) for p, r in zip(prompts, replies)) / len(prompts)
+    return "".join("1" if exact_reward(p, r) else "0" for p, r in zip(prompts, replies))
+
+
+def sampled_pass_at_1(model: nn.Module, tok: ChatTokenizer, words: list[str], seed: int = _PASS_SEED) -> float:
+    """pass@1 at temperature 1: the share of (task, word) prompts that one sampled answer gets exactly right."""
+    right = sampled_right(model, tok, words, seed)
+    return right.count("1") / len(right)
 
 
 def assistant_scores(model: nn.Module, tok: ChatTokenizer) -> dict[str, float]:
@@ -779,7 +821,8 @@ def assistant_scores(model: nn.Module, tok: ChatTokenizer) -> dict[str, float]:
     _, held_out = task_words()
     scores = {f"exact {task}": v for task, v in exact_match_by_task(model, tok, held_out).items()}
     scores["exact match"] = sum(scores.values()) / len(scores)
-    scores["pass@1"] = sampled_pass_at_1(model, tok, held_out)
+    right = sampled_right(model, tok, held_out)
+    scores["pass@1"] = right.count("1") / len(right)
     replies = answer(model, tok, [instruction(task, w) for task in TASKS for w in held_out])
     scores["answer length"] = sum(len(r) for r in replies) / len(replies)
     return scores
@@ -844,7 +887,8 @@ def _from_sft() -> tuple[nn.Module, nn.Module, ChatTokenizer]:
 def _assistant_grpo(
     steps: int | None = None, progress: bool = False, seed: int = 0, reward: str = "exact"
 ) -> tuple[nn.Module, History, dict]:
-    """GRPO from the shipped SFT model with REWARDS[reward]: GRPO_STEPS steps, about 50 s on one thread.
+    """GRPO from the shipped SFT model with REWARDS[reward]: GRPO_STEPS steps, about 50 s on one thread. The third
+    value returned holds "reward by step", the mean reward of each step's samples (RECIPES' entry drops it).
 
     The History's last evaluation holds the mean reward of the first and last 20 steps' samples, and the held-out
     scores (assistant_scores) when the run has all GRPO_STEPS steps.
@@ -856,8 +900,31 @@ def _assistant_grpo(
     history, rewards = train_grpo(
         policy, reference, tok, train, REWARDS[reward], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress
     )
+    _rewards_and_scores(history, rewards, policy, tok)
+    return policy, history, {"reward by step": rewards}
+
+
+def _assistant_expert_iteration(
+    steps: int | None = None, progress: bool = False, seed: int = 0
+) -> tuple[nn.Module, History, dict]:
+    """Expert iteration from the shipped SFT model with the checker's reward: GRPO's steps, samples and learning
+    rate (alignment.train_expert_iteration), about 40 s on one thread. The History's last evaluation holds the
+    mean reward of the first and last 20 steps' samples, and the held-out scores after all GRPO_STEPS steps; the
+    third value returned holds "reward by step", the mean reward of each step's samples."""
+    policy, _, tok = _from_sft()
+    train, _ = task_words()
+    history, rewards = train_expert_iteration(
+        policy, tok, train, REWARDS["exact"], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress
+    )
+    _rewards_and_scores(history, rewards, policy, tok)
+    return policy, history, {"reward by step": rewards}
+
+
+def _rewards_and_scores(history: History, rewards: list[float], policy: nn.Module, tok: ChatTokenizer) -> None:
+    """Append to `history` the mean reward of the first and last 20 steps, and assistant_scores with the prompts
+    each got right ("right") when the run had all GRPO_STEPS steps (a short re-run skips them)."""
     window = min(20, len(rewards))
-    scores = assistant_scores(policy, tok) if len(rewards) >= GRPO_STEPS else {}  # a short re-run skips them
+    scores = assistant_scores(policy, tok) if len(rewards) >= GRPO_STEPS else {}
     history.eval_steps.append(history.steps[-1])
     history.evals.append(
         {
@@ -866,7 +933,26 @@ def _assistant_grpo(
             "reward, last steps": sum(rewards[-window:]) / window,
         }
     )
-    return policy, history, {}
+
+
+def _assistant_grpo_own_sft(
+    steps: int | None = None, progress: bool = False, seed: int = 0
+) -> tuple[nn.Module, History, dict]:
+    """Supervised fine-tuning at `seed`, then GRPO from that model at `seed` (about 50 s + 50 s on one thread), so
+    that the RL gain is measured against the SFT run it started from. The History's last evaluation holds GRPO's
+    rewards and scores, and the SFT model's scores under keys that start with "sft "; the third value returned holds
+    "sft right", the held-out prompts the SFT model's sampled answers got right (sampled_right)."""
+    start, sft_history, _ = _assistant_sft(seed=seed)
+    sft_scores = sft_history.evals[-1] if sft_history.evals else {}
+    policy, reference, tok = without_dropout(start), without_dropout(copy.deepcopy(start)), chat_tokenizer()
+    train, held_out = task_words()
+    sft_right = sampled_right(start, tok, held_out) if sft_scores else ""  # before GRPO moves the weights
+    history, rewards = train_grpo(
+        policy, reference, tok, train, REWARDS["exact"], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress
+    )
+    _rewards_and_scores(history, rewards, policy, tok)
+    history.evals[-1].update({f"sft {key}": value for key, value in sft_scores.items()})
+    return policy, history, {"sft right": sft_right, "reward by step": rewards}
 
 
 def _assistant_dpo(
@@ -920,6 +1006,8 @@ ASSISTANT_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "sft, prompt not masked": lambda seed: _assistant_sft(seed=seed, mask_prompt=False),
     "grpo": lambda seed: _assistant_grpo(seed=seed),
     "grpo, length reward": lambda seed: _assistant_grpo(seed=seed, reward="length"),
+    "expert iteration": lambda seed: _assistant_expert_iteration(seed=seed),
+    "grpo from its own sft": lambda seed: _assistant_grpo_own_sft(seed=seed),
     **{
         f"dpo, beta {beta}": (lambda seed, pairs=None, beta=beta: _assistant_dpo(seed=seed, beta=beta, pairs=pairs))
         for beta in DPO_BETAS
@@ -963,7 +1051,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
     "assistant_sft": _assistant_sft,
-    "assistant_grpo": _assistant_grpo,
+    "assistant_grpo": lambda steps=None, progress=False: _assistant_grpo(steps, progress)[:2] + ({},),
 }
 
 
@@ -978,6 +1066,7 @@ SEEDS = (0, 1, 2)
 SEED_RUN_STEPS = 400  # the mixture-against-dense runs: 400 of the recipe's AdamW steps of 32 windows of 128
 LORA_RANKS = (1, 4, 8, 32)  # the rank sweep, alpha held at LORA_ALPHA (so the scale alpha / r falls as r grows)
 LORA_ALPHAS = (4.0, 16.0, 64.0)  # the alpha sweep at rank LORA_RANK: the adapters' scale alpha / r is 0.5, 2 or 8
+LORA_CONTROL_LR = 4.0  # alpha 16 at 4 times the learning rate: does a larger alpha act as a larger learning rate?
 
 # name -> run(seed, steps=None, progress=False) -> (model, history, {}); the metric each records is
 # SEED_RUN_METRICS[name] from its last evaluation: the whole held-out play, or the play's last 20% (fine-tuning)
@@ -1000,6 +1089,10 @@ SEED_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
         for a in LORA_ALPHAS
         if a != LORA_ALPHA  # alpha 16 at rank 8 is "lora r8"
     },
+    # the control for the alpha sweep: alpha 16 at LORA_CONTROL_LR times the learning rate, beside alpha 64
+    f"lora r{LORA_RANK} alpha {LORA_ALPHA:g} lr x{LORA_CONTROL_LR:g}": lambda seed, steps=None, progress=False: _adapt(
+        "lora", steps, progress, seed=seed, lr_scale=LORA_CONTROL_LR
+    ),
 }
 SEED_RUN_METRICS = {name: "validation loss" if name in ("dense", "moe") else "test loss" for name in SEED_RUNS}
 

@@ -1,6 +1,7 @@
 """Chapter 17's chat template, losses and loops: the template's mask, decoding in groups, the losses against
 closed forms, model surgery for new tokens, and one shipped run re-run. TRL parity is in test_alignment_trl.py."""
 
+import copy
 import math
 import random
 
@@ -248,3 +249,71 @@ def test_the_grpo_checkpoint_samples_what_its_recipe_samples():
     _, history, _ = recipes.RECIPES["assistant_grpo"](steps=20)
     again = history.evals[-1]["reward, first steps"]
     assert again == pytest.approx(meta["evals"][-1]["reward, first steps"], abs=0.004)
+
+
+@pytest.fixture(scope="module")
+def sft_tok():
+    return chat.chat_tokenizer()
+
+
+def _sft_policy():
+    sft, _ = load_checkpoint("assistant_sft")
+    return alignment.without_dropout(sft)
+
+
+def test_expert_iteration_learns_only_from_the_answers_it_keeps(sft_tok):
+    """The first step's loss is the cross-entropy per token of the right answers among the step's samples,
+    computed here from the same seeded draws; wrong answers add nothing."""
+    words = chat.task_words()[0]
+
+    def reward(prompt, reply):  # the SFT model is nearly always right: this grader pays for two tasks only
+        return chat.exact_reward(prompt, reply) * (not prompt.startswith("count"))
+
+    policy = _sft_policy()
+    before = copy.deepcopy(policy)
+    history, rewards = alignment.train_expert_iteration(
+        policy, sft_tok, words, reward, steps=1, prompts_per_step=6, group=3, seed=5
+    )
+    prompts = chat.random_instructions(6, words, random.Random(5))
+    repeated = [p for p in prompts for _ in range(3)]
+    written = chat.sample_answers(before, sft_tok, repeated, temperature=1.0, rng=torch.Generator().manual_seed(5))
+    kept = [(p, a) for p, a in zip(repeated, written) if reward(p, sft_tok.decode_answer(a))]
+    assert rewards == [pytest.approx(len(kept) / 18)] and 0 < len(kept) < 18  # some kept, some left out
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for p, a in kept:
+            ids = torch.tensor([sft_tok.encode_chat(p)[0] + a])  # (1, T)
+            logp = torch.log_softmax(before(ids)[0, :-1], -1)  # (T - 1, V)
+            start = len(sft_tok.encode_chat(p)[0])
+            total -= sum(logp[t - 1, ids[0, t]].item() for t in range(start, ids.shape[1]))
+            tokens += ids.shape[1] - start
+    assert history.losses[0] == pytest.approx(total / tokens, rel=1e-5)
+
+
+def test_expert_iteration_with_no_right_answer_leaves_the_policy_as_it_was(sft_tok):
+    policy = _sft_policy()
+    before = [p.detach().clone() for p in policy.parameters()]
+    history, rewards = alignment.train_expert_iteration(
+        policy, sft_tok, chat.task_words()[0], lambda prompt, reply: 0.0, steps=2, prompts_per_step=2, group=2
+    )
+    assert rewards == [0.0, 0.0] and history.losses == [0.0, 0.0]
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_expert_iteration_and_grpo_draw_the_same_first_samples(sft_tok):
+    words = chat.task_words()[0]
+    _, grpo_rewards = alignment.train_grpo(
+        _sft_policy(), _sft_policy(), sft_tok, words, chat.exact_reward, steps=1, prompts_per_step=6, group=4, seed=3
+    )
+    _, ei_rewards = alignment.train_expert_iteration(
+        _sft_policy(), sft_tok, words, chat.exact_reward, steps=1, prompts_per_step=6, group=4, seed=3
+    )
+    assert grpo_rewards == ei_rewards
+
+
+def test_sampled_right_is_what_pass_at_1_counts(sft_tok):
+    sft, _ = load_checkpoint("assistant_sft")
+    words = chat.task_words()[1][:10]
+    right = recipes.sampled_right(sft, sft_tok, words)
+    assert len(right) == 3 * len(words) and set(right) <= {"0", "1"}
+    assert recipes.sampled_pass_at_1(sft, sft_tok, words) == right.count("1") / len(right)
