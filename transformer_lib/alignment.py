@@ -410,13 +410,13 @@ def train_expert_iteration(
 ) -> tuple[History, list[float]]:
     """Expert iteration, online: sample, keep the answers the reward calls right (reward >= 1), fine-tune on them.
 
-    Each step draws the same samples GRPO's would (`prompts_per_step` user lines, `group` answers each, at
-    temperature 1, from the policy as it is now) and takes one AdamW step on the kept answers' cross-entropy per
-    answer token, as supervised fine-tuning does, with the learning rate warmed up over `warmup` steps, then a
-    cosine decay. No reference model, no KL term and no negative signal: a wrong answer is only left out.
-    Dropout is switched off. A step in which no answer is right has a zero loss and a zero gradient (Adam's
-    running averages still move the weights a little). Returns (History, mean reward of each step's samples),
-    as train_grpo does.
+    Each step draws its samples as GRPO does, from the same generators: `prompts_per_step` user lines, `group`
+    answers each, at temperature 1, from the policy as it is now (the first step's samples are GRPO's own). It
+    takes one AdamW step on the kept answers' cross-entropy per answer token, as supervised fine-tuning does,
+    with the learning rate warmed up over `warmup` steps, then a cosine decay. No reference model, no KL term
+    and no negative signal: a wrong answer is only left out. Dropout is switched off. A step in which no answer
+    is right has a zero loss and a zero gradient (Adam's running averages still move the weights a little).
+    Returns (History, mean reward of each step's samples), as train_grpo does.
     """
     without_dropout(policy)
     mean_rewards: list[float] = []
