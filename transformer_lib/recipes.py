@@ -603,7 +603,7 @@ def load_finetune_runs(path: Path | None = None) -> dict:
 
 
 VIT_STEPS = 1000  # the digits ViT: 1,000 AdamW steps of 64 images (about 53 passes over the 1,200)
-# chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> digits_model's arguments (a ViT's, or
+# chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> digits_variant's arguments (a ViT's, or
 # model="cnn"), with "shift": the largest random move, in pixels, of each training image (0: none)
 VIT_VARIANTS = {
     "class token": dict(pool="cls"),
@@ -650,8 +650,8 @@ def train_digits_vit(
     Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05; the held-out accuracy is
     measured at the end (History.evals[-1]["test accuracy"]). shift > 0 moves every training image by a random
     whole number of pixels, up to `shift` each way, (0, 0) included (`vit.random_shifts` with still=True, from
-    the same seeded draws): the bias a
-    convolution has, given as data instead. Any image classifier trains this way (the chapter's CNN too)."""
+    the same seeded draws): the bias a convolution has, given as data instead. Any image classifier trains this
+    way (the chapter's CNN too)."""
     if shift < 0:
         raise ValueError(f"shift must be 0 (no moves) or a positive number of pixels, got {shift}")
     train_x, train_y, test_x, test_y = digits_data()
@@ -921,8 +921,8 @@ def _assistant_expert_iteration(
 
 
 def _rewards_and_scores(history: History, rewards: list[float], policy: nn.Module, tok: ChatTokenizer) -> None:
-    """Append to `history` the mean reward of the first and last 20 steps, and assistant_scores with the prompts
-    each got right ("right") when the run had all GRPO_STEPS steps (a short re-run skips them)."""
+    """Append to `history` the mean reward of the first and last 20 steps, and assistant_scores when the run had
+    all GRPO_STEPS steps (a short re-run skips them)."""
     window = min(20, len(rewards))
     scores = assistant_scores(policy, tok) if len(rewards) >= GRPO_STEPS else {}
     history.eval_steps.append(history.steps[-1])
