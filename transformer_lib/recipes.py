@@ -821,8 +821,7 @@ def assistant_scores(model: nn.Module, tok: ChatTokenizer) -> dict[str, float]:
     _, held_out = task_words()
     scores = {f"exact {task}": v for task, v in exact_match_by_task(model, tok, held_out).items()}
     scores["exact match"] = sum(scores.values()) / len(scores)
-    right = sampled_right(model, tok, held_out)
-    scores["pass@1"] = right.count("1") / len(right)
+    scores["pass@1"] = sampled_pass_at_1(model, tok, held_out)
     replies = answer(model, tok, [instruction(task, w) for task in TASKS for w in held_out])
     scores["answer length"] = sum(len(r) for r in replies) / len(replies)
     return scores
