@@ -1,5 +1,6 @@
 """Chapter 17's comparisons: supervised fine-tuning with and without the prompt masked, DPO at four betas, GRPO with
-the checker's reward and with a loophole, over seeds.
+the checker's reward, with a loophole and with a learned reward, GRPO with several updates per batch, PPO and expert
+iteration, over seeds.
 
     python tools/assistant_runs.py                 # every run, seeds 0, 1 and 2
     python tools/assistant_runs.py grpo "sft"      # some runs
@@ -11,11 +12,15 @@ task, pass@1 at temperature 1, answer length); which held-out prompts the pass@1
 or 1 per prompt, the same draws for every run, so that runs pair prompt by prompt); what else the run's last
 evaluation holds (the mean reward at the start and end of GRPO and expert iteration, with "reward by step"; for
 "grpo from its own sft", the SFT run's scores, "sft ..." and "sft right"); the wall time with the machine and its
-load; its greedy answers to EXAMPLES; and the untrained base model's scores. The SFT runs also record
+load; its greedy answers to EXAMPLES; for each run that starts from the shipped SFT model, "kl from sft"
+(recipes.kl_from_start: nats per answer on the held-out requests, on the answers pass@1 samples); and the
+untrained base model's scores. The SFT runs also record
 recipes.user_imitation. A run already in the file is skipped unless --force. tests/unit/test_assistant.py re-runs
-one and compares. The shipped file was made with one thread (OMP_NUM_THREADS=1) on a two-core machine, after the
-shipped assistant_sft checkpoint (DPO and GRPO start there); "grpo", "expert iteration" and "grpo from its own
-sft" were run later on another CPU (their records name it).
+one and compares. The shipped file was made with one thread (OMP_NUM_THREADS=1) on a two-core machine: the SFT runs and
+the shipped assistant_sft checkpoint (every other run but "grpo from its own sft" starts there) on one CPU, every
+other run later on another (each record names its machine). The learned-reward runs also record the program's
+reward of each step's samples ("gold reward by step") and the reward model's accuracy; the GRPO and PPO runs record
+train_grpo's and train_ppo's trace ("kl by step", "clipped share by step", PPO's "value loss by step").
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         base, tok = recipes.assistant_base()
         data["base"] = recipes.assistant_scores(base, tok)
     pairs = None  # DPO's pairs, made once for every DPO run
+    shipped_sft = None  # the start of every run but SFT's own, loaded once: "kl from sft" measures the distance
     for name in args.names or recipes.ASSISTANT_RUNS:
         records = data["runs"].setdefault(name, [])
         for seed in range(args.seeds):
@@ -67,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             record["examples"] = dict(zip(EXAMPLES, chat.answer(model, chat.chat_tokenizer(), EXAMPLES)))
             if name.startswith("sft"):
                 record["user imitation"] = recipes.user_imitation(model, chat.chat_tokenizer())
+            elif name != "grpo from its own sft":  # every other run starts from the shipped SFT model
+                if shipped_sft is None:
+                    shipped_sft, _ = load_checkpoint("assistant_sft")
+                record["kl from sft"] = recipes.kl_from_start(model, shipped_sft, chat.chat_tokenizer())
             record |= {"load": round(os.getloadavg()[0], 2), "machine": machine()}  # others' work slows a run down
             records[:] = sorted([r for r in records if r["seed"] != seed] + [record], key=lambda r: r["seed"])
             args.out.write_text(json.dumps(data, indent=1) + "\n")

@@ -17,7 +17,18 @@ import torch
 from torch import nn
 
 from . import corpus
-from .alignment import preference_pairs, train_dpo, train_expert_iteration, train_grpo, without_dropout
+from .alignment import (
+    LearnedReward,
+    RewardModel,
+    preference_accuracy,
+    preference_pairs,
+    train_dpo,
+    train_expert_iteration,
+    train_grpo,
+    train_ppo,
+    train_reward_model,
+    without_dropout,
+)
 from .bert import IGNORE, BertForMaskedLM, bert_config, mask_tokens, mlm_loss
 from .chat import (
     MAX_ANSWER,
@@ -55,6 +66,7 @@ from .tasks import (
     iterate_batches,
     lm_batches,
     numbers_to_words_task,
+    pad_sequences,
     repeated_batches,
     repeated_tokens,
     split_data,
@@ -116,6 +128,10 @@ __all__ = [
     "assistant_scores",
     "sampled_pass_at_1",
     "sampled_right",
+    "held_out_pairs",
+    "kl_from_start",
+    "REWARD_MODEL_STEPS",
+    "GRPO_UPDATES",
     "length_reward",
     "REWARDS",
     "SFT_STEPS",
@@ -779,6 +795,9 @@ DPO_STEPS = 60  # DPO from the shipped SFT model: 60 steps of 32 pairs, about on
 DPO_BETAS = (0.03, 0.1, 0.3, 1.0)
 _DPO_PROMPTS = (6000, 100)  # the preference pairs: the SFT model's samples on 6,000 training prompts (seeded)
 _PASS_SEED = 4321  # the samples that measure pass@1: one generator seed for every model measured
+REWARD_MODEL_STEPS = 150  # the reward model: 150 AdamW steps of 32 of dpo_pairs' pairs (about two passes, lr 3e-4)
+_HELD_OUT_PAIRS = (1500, 7)  # the reward model's test pairs: the SFT model's samples on 1,500 held-out prompts
+GRPO_UPDATES = 4  # "grpo, 4 updates per batch": AdamW steps on each batch of samples, so that the clip binds
 
 
 def assistant_base() -> tuple[DecoderOnlyLM, ChatTokenizer]:
@@ -814,6 +833,24 @@ def sampled_pass_at_1(model: nn.Module, tok: ChatTokenizer, words: list[str], se
     """pass@1 at temperature 1: the share of (task, word) prompts that one sampled answer gets exactly right."""
     right = sampled_right(model, tok, words, seed)
     return right.count("1") / len(right)
+
+
+def kl_from_start(model: nn.Module, start: nn.Module, tok: ChatTokenizer, seed: int = _PASS_SEED) -> float:
+    """How far `model` moved from `start`: the mean over the held-out requests of log pi_model - log pi_start, summed
+    over the answer tokens of one answer sampled from `model` (temperature 1, the generator seeded as pass@1's, so
+    the answers are the ones pass@1 scores). Nats per answer: a sampled estimate of KL(pi_model || pi_start)."""
+    from .alignment import answer_logprobs
+    from .chat import sample_answers
+
+    _, held_out = task_words()
+    prompts = [instruction(task, w) for task in TASKS for w in held_out]
+    device = next(model.parameters()).device
+    written = sample_answers(model, tok, prompts, temperature=1.0, rng=torch.Generator(device=device).manual_seed(seed))
+    contexts = [tok.encode_chat(p)[0] for p in prompts]
+    ids = pad_sequences([c + a for c, a in zip(contexts, written)], tok.base.pad_id).to(device)  # (N, T)
+    mask = pad_sequences([[0] * len(c) + [1] * len(a) for c, a in zip(contexts, written)], 0).to(device)  # (N, T)
+    with torch.no_grad():
+        return (answer_logprobs(model(ids), ids, mask) - answer_logprobs(start(ids), ids, mask)).mean().item()
 
 
 def assistant_scores(model: nn.Module, tok: ChatTokenizer) -> dict[str, float]:
@@ -865,11 +902,19 @@ def _assistant_sft(
 
 def dpo_pairs(model: nn.Module, tok: ChatTokenizer) -> list[tuple[str, str, str]]:
     """Chapter 17's preference pairs: (prompt, right answer, a wrong answer the SFT model sampled) on training words."""
+    return _sampled_pairs(model, tok, task_words()[0], *_DPO_PROMPTS)
+
+
+def held_out_pairs(model: nn.Module, tok: ChatTokenizer) -> list[tuple[str, str, str]]:
+    """Preference pairs as dpo_pairs makes them, on held-out words: the reward model's test set."""
+    return _sampled_pairs(model, tok, task_words()[1], *_HELD_OUT_PAIRS)
+
+
+def _sampled_pairs(model: nn.Module, tok: ChatTokenizer, words: list[str], n: int, seed: int) -> list[tuple]:
+    """preference_pairs on n requests about `words`, the requests and the samples both drawn from `seed`."""
     import random
 
-    train, _ = task_words()
-    n, seed = _DPO_PROMPTS
-    prompts = random_instructions(n, train, random.Random(seed))
+    prompts = random_instructions(n, words, random.Random(seed))
     rng = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     return preference_pairs(model, tok, prompts, rng)
 
@@ -884,10 +929,11 @@ def _from_sft() -> tuple[nn.Module, nn.Module, ChatTokenizer]:
 
 
 def _assistant_grpo(
-    steps: int | None = None, progress: bool = False, seed: int = 0, reward: str = "exact"
+    steps: int | None = None, progress: bool = False, seed: int = 0, reward: str = "exact", updates: int = 1
 ) -> tuple[nn.Module, History, dict]:
-    """GRPO from the shipped SFT model with REWARDS[reward]: GRPO_STEPS steps, about 50 s on one thread. The third
-    value returned holds "reward by step", the mean reward of each step's samples (RECIPES' entry drops it).
+    """GRPO from the shipped SFT model with REWARDS[reward]: GRPO_STEPS steps of samples, `updates` AdamW steps on
+    each, about 50 s on one thread at one update. The third value returned holds "reward by step", the mean reward
+    of each step's samples, "kl by step" and "clipped share by step" (train_grpo's trace; RECIPES' entry drops it).
 
     The History's last evaluation holds the mean reward of the first and last 20 steps' samples, and the held-out
     scores (assistant_scores) when the run has all GRPO_STEPS steps.
@@ -896,11 +942,84 @@ def _assistant_grpo(
         raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
     policy, reference, tok = _from_sft()
     train, _ = task_words()
+    trace: list[dict[str, float]] = []
     history, rewards = train_grpo(
-        policy, reference, tok, train, REWARDS[reward], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress
-    )
+        policy, reference, tok, train, REWARDS[reward], steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress,
+        updates=updates, trace=trace,
+    )  # fmt: skip
     _rewards_and_scores(history, rewards, policy, tok)
-    return policy, history, {"reward by step": rewards}
+    return policy, history, {"reward by step": rewards, **_by_step(trace)}
+
+
+def _by_step(trace: list[dict[str, float]]) -> dict[str, list[float]]:
+    """train_grpo's trace as lists: {"kl by step": [...], "clipped share by step": [...]}, rounded to 5 digits."""
+    return {f"{key} by step": [round(t[key], 5) for t in trace] for key in ("kl", "clipped share")}
+
+
+def _assistant_grpo_learned_reward(
+    steps: int | None = None, progress: bool = False, seed: int = 0
+) -> tuple[nn.Module, History, dict]:
+    """A reward model trained at `seed` on dpo_pairs (REWARD_MODEL_STEPS steps), then GRPO from the shipped SFT model
+    against it, with GRPO's steps and learning rate: about 25 s + 60 s on one thread. The program's reward is
+    computed on the same samples and recorded, never trained on. The third value returned holds "reward by step"
+    (the reward model's mean score), "gold reward by step" (the program's), "kl by step", the reward model's
+    accuracy on its training pairs and on held_out_pairs, and its mean score of the pass@1 samples on the held-out
+    requests of the trained policy ("reward model score") and of the SFT model ("reward model score, sft")."""
+    import copy as _copy
+
+    policy, reference, tok = _from_sft()
+    pairs, test_pairs = dpo_pairs(reference, tok), held_out_pairs(reference, tok)
+    judge = RewardModel(_copy.deepcopy(reference))
+    train_reward_model(judge, tok, pairs, REWARD_MODEL_STEPS, lr=3e-4, seed=seed, progress=progress)
+    gold: list[float] = []
+    trace: list[dict[str, float]] = []
+    train, _ = task_words()
+    learned = LearnedReward(judge, tok, also=exact_reward, log=gold)
+    history, rewards = train_grpo(
+        policy, reference, tok, train, learned, steps or GRPO_STEPS, lr=1e-4, seed=seed, progress=progress,
+        trace=trace,
+    )  # fmt: skip
+    _rewards_and_scores(history, rewards, policy, tok)
+    _, held_out = task_words()
+    requests = [instruction(task, w) for task in TASKS for w in held_out]
+    judged = {}  # the reward model's mean score of each model's pass@1 samples on the held-out requests
+    for key, model in (("reward model score", policy), ("reward model score, sft", reference)):
+        rng = torch.Generator(device=next(model.parameters()).device).manual_seed(_PASS_SEED)
+        replies = answer(model, tok, requests, temperature=1.0, rng=rng)
+        judged[key] = LearnedReward(judge, tok).score(requests, replies).mean().item()
+    return (
+        policy,
+        history,
+        {
+            **judged,
+            "reward by step": rewards,
+            "gold reward by step": gold,
+            **_by_step(trace),
+            "reward model accuracy": preference_accuracy(judge, tok, test_pairs),
+            "reward model training accuracy": preference_accuracy(judge, tok, pairs),
+            "reward model pairs": [len(pairs), len(test_pairs)],
+        },
+    )
+
+
+def _assistant_ppo(steps: int | None = None, progress: bool = False, seed: int = 0) -> tuple[nn.Module, History, dict]:
+    """PPO from the shipped SFT model with the checker's reward (alignment.train_ppo): GRPO's steps, samples, KL
+    weight and learning rate, GRPO_UPDATES updates per batch, a value model started from the SFT model with a zero
+    head; about 3 minutes on one thread. The History's last evaluation holds what GRPO's does; the third value
+    returned holds "reward by step", "kl by step", "clipped share by step" and "value loss by step"."""
+    import copy as _copy
+
+    policy, reference, tok = _from_sft()
+    critic = RewardModel(_copy.deepcopy(reference))
+    train, _ = task_words()
+    trace: list[dict[str, float]] = []
+    history, rewards = train_ppo(
+        policy, critic, reference, tok, train, REWARDS["exact"], steps or GRPO_STEPS, lr=1e-4, seed=seed,
+        updates=GRPO_UPDATES, progress=progress, trace=trace,
+    )  # fmt: skip
+    _rewards_and_scores(history, rewards, policy, tok)
+    value_loss = {"value loss by step": [round(t["value loss"], 5) for t in trace]}
+    return policy, history, {"reward by step": rewards, **_by_step(trace), **value_loss}
 
 
 def _assistant_expert_iteration(
@@ -1005,6 +1124,9 @@ ASSISTANT_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "sft, prompt not masked": lambda seed: _assistant_sft(seed=seed, mask_prompt=False),
     "grpo": lambda seed: _assistant_grpo(seed=seed),
     "grpo, length reward": lambda seed: _assistant_grpo(seed=seed, reward="length"),
+    "grpo, learned reward": lambda seed: _assistant_grpo_learned_reward(seed=seed),
+    f"grpo, {GRPO_UPDATES} updates per batch": lambda seed: _assistant_grpo(seed=seed, updates=GRPO_UPDATES),
+    "ppo": lambda seed: _assistant_ppo(seed=seed),
     "expert iteration": lambda seed: _assistant_expert_iteration(seed=seed),
     "grpo from its own sft": lambda seed: _assistant_grpo_own_sft(seed=seed),
     **{

@@ -8,6 +8,9 @@ Every comparison calls TRL's own code, none copies it:
   whole `DPOTrainer` on a tiny random Llama, against our `answer_logprobs` on the model's logits.
 - GRPO's loss: `GRPOTrainer._compute_loss`, unbound, the same way; and a whole `GRPOTrainer` on a tiny
   random Llama that samples answers and then has its weights moved, so the ratios differ from 1.
+- The reward model's Bradley-Terry loss and the accuracy and margin TRL logs: `RewardTrainer.compute_loss`,
+  unbound, on a stand-in model that returns given rewards.
+- GRPO's share of clipped tokens: what `GRPOTrainer._compute_loss` logs as "clip_ratio/region_mean".
 - GRPO's advantages: a whole `GRPOTrainer`'s `_generate_and_score_completions`, the method that computes
   them inline, with a reward function that hands back chosen rewards.
 
@@ -32,7 +35,7 @@ transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 tokenizers = pytest.importorskip("tokenizers")
 
-from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer  # noqa: E402
+from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RewardConfig, RewardTrainer  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,  # importing TRL alone takes seconds: make test runs these, make check leaves the file out
@@ -303,6 +306,7 @@ def test_grpo_loss_equals_trls_grpo_loss(tmp_path, answers, length, beta, clip, 
     ratio, a = (logprobs.detach() - old).exp(), advantages[:, None]
     expected = (((ratio < 1 - clip) & (a < 0)) | ((ratio > 1 + clip) & (a > 0))).double()
     assert clipped == pytest.approx(((expected * mask).sum() / mask.sum()).item())
+    assert clipped == pytest.approx(alignment.clipped_share(logprobs, old, advantages, mask, clip).item())
     if drift >= 0.3:
         assert clipped > 0  # the clip mattered in this case
 
@@ -453,3 +457,35 @@ def test_a_whole_grpo_trainer_on_a_tiny_model_gives_our_loss_and_gradients(tmp_p
     for mine, other in zip(_grads(trainer.model), their_grads, strict=True):
         _close(mine, other, FLOAT32)
     assert trainer._metrics["eval"]["clip_ratio/region_mean"][-1] > 0  # the ratios moved, some beyond the clip
+
+
+# the reward model -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pairs", "spread"), [(1, 1.0), (6, 1.0), (16, 5.0), (5, 50.0)])
+def test_bradley_terry_loss_equals_trls_reward_trainer(tmp_path, pairs, spread):
+    g = torch.Generator().manual_seed(pairs)
+    chosen = (spread * torch.randn(pairs, generator=g, dtype=torch.float64)).requires_grad_()
+    rejected = (spread * torch.randn(pairs, generator=g, dtype=torch.float64)).requires_grad_()
+    args = RewardConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False)
+    assert args.center_rewards_coefficient is None  # the default: the plain Bradley-Terry loss
+    model = lambda **inputs: types.SimpleNamespace(logits=torch.cat([chosen, rejected])[:, None])  # noqa: E731
+    trainer = types.SimpleNamespace(
+        args=args,
+        model=types.SimpleNamespace(training=False),
+        accelerator=types.SimpleNamespace(gather=lambda t: t, gather_for_metrics=lambda t: t),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _total_train_tokens=0,
+        _tp_size=1,
+    )
+    inputs = {"input_ids": torch.zeros(2 * pairs, 3, dtype=torch.long), "attention_mask": torch.ones(2 * pairs, 3)}
+    theirs = RewardTrainer.compute_loss(trainer, model, inputs)
+    their_grads = torch.autograd.grad(theirs, (chosen, rejected))
+    ours = alignment.bradley_terry_loss(chosen, rejected)
+    our_grads = torch.autograd.grad(ours, (chosen, rejected))
+    _close(ours, theirs)
+    for a, b in zip(our_grads, their_grads):
+        _close(a, b)
+    logged = trainer._metrics["eval"]
+    assert logged["accuracy"][0] == pytest.approx((chosen > rejected).double().mean().item())
+    assert logged["margin"][0] == pytest.approx((chosen - rejected).mean().item())

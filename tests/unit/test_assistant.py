@@ -317,3 +317,18 @@ def test_sampled_right_is_what_pass_at_1_counts(sft_tok):
     right = recipes.sampled_right(sft, sft_tok, words)
     assert len(right) == 3 * len(words) and set(right) <= {"0", "1"}
     assert recipes.sampled_pass_at_1(sft, sft_tok, words) == right.count("1") / len(right)
+
+
+@pytest.mark.slow
+def test_a_shipped_reward_models_accuracy_again():
+    """The learned-reward run at seed 1 trained its reward model first; the same training reproduces its held-out
+    accuracy (a few of the 590 pairs may flip on another CPU)."""
+    record = recipes.load_assistant_runs()["runs"]["grpo, learned reward"][1]
+    sft = _sft_policy()
+    tok = chat.chat_tokenizer()
+    pairs, test_pairs = recipes.dpo_pairs(sft, tok), recipes.held_out_pairs(sft, tok)
+    assert [len(pairs), len(test_pairs)] == record["reward model pairs"]
+    judge = alignment.RewardModel(copy.deepcopy(sft))
+    alignment.train_reward_model(judge, tok, pairs, recipes.REWARD_MODEL_STEPS, lr=3e-4, seed=1)
+    accuracy = alignment.preference_accuracy(judge, tok, test_pairs)
+    assert accuracy == pytest.approx(record["reward model accuracy"], abs=0.02)
