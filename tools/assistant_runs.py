@@ -14,7 +14,9 @@ evaluation holds (the mean reward at the start and end of GRPO and expert iterat
 "grpo from its own sft", the SFT run's scores, "sft ..." and "sft right"); the wall time with the machine and its
 load; its greedy answers to EXAMPLES; for each run that starts from the shipped SFT model, "kl from sft"
 (recipes.kl_from_start: nats per answer on the held-out requests, on the answers pass@1 samples); and the
-untrained base model's scores. The SFT runs also record
+untrained base model's scores; and "sft likelihood accuracy", the share of recipes.held_out_pairs that the
+shipped SFT model's own answer probabilities rank right (alignment.likelihood_accuracy), the baseline for the
+reward models' accuracy. The SFT runs also record
 recipes.user_imitation. A run already in the file is skipped unless --force. tests/unit/test_assistant.py re-runs
 one and compares. The shipped file was made with one thread (OMP_NUM_THREADS=1) on a two-core machine: the SFT runs and
 the shipped assistant_sft checkpoint (every other run but "grpo from its own sft" starts there) on one CPU, every
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 
 from seed_runs import machine  # tools/seed_runs.py, beside this file
-from transformer_lib import chat, recipes
+from transformer_lib import alignment, chat, recipes
 from transformer_lib.checkpoints import load_checkpoint
 
 EXAMPLES = ["reverse amber", "shout banner", "count castles"]  # held-out words; each run's answers are recorded
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     if "base" not in data:
         base, tok = recipes.assistant_base()
         data["base"] = recipes.assistant_scores(base, tok)
+    if "sft likelihood accuracy" not in data:  # the baseline for the reward models: the SFT model's own judgement
+        sft, _ = load_checkpoint("assistant_sft")
+        tok = chat.chat_tokenizer()
+        data["sft likelihood accuracy"] = alignment.likelihood_accuracy(sft, tok, recipes.held_out_pairs(sft, tok))
     pairs = None  # DPO's pairs, made once for every DPO run
     shipped_sft = None  # the start of every run but SFT's own, loaded once: "kl from sft" measures the distance
     for name in args.names or recipes.ASSISTANT_RUNS:

@@ -14,8 +14,8 @@ reference implementation (TRL's) on the same inputs:
   policy and value losses (Schulman et al., 2016 and 2017).
 
 A learned reward: `RewardModel`, a language model's body with a scalar head, trained on preference pairs by
-`train_reward_model` and scored by `preference_accuracy`; `LearnedReward` hands its scores to the loops as a
-reward function.
+`train_reward_model` and scored by `preference_accuracy` (against `likelihood_accuracy`, the policy's own
+judgement); `LearnedReward` hands its scores to the loops as a reward function.
 
 And the loops that use them: `train_dpo`, `train_grpo`, `train_ppo` (a value model instead of GRPO's groups),
 and `train_expert_iteration`, the baseline GRPO must beat (sample, keep the right answers, fine-tune on them);
@@ -60,6 +60,7 @@ __all__ = [
     "LearnedReward",
     "train_reward_model",
     "preference_accuracy",
+    "likelihood_accuracy",
 ]
 
 
@@ -780,6 +781,20 @@ def preference_accuracy(model: RewardModel, tok: ChatTokenizer, pairs: list[tupl
     with torch.no_grad():
         chosen, rejected = _pair_rewards(model, tok, pairs)
     model.train(was_training)
+    return (chosen > rejected).double().mean().item()
+
+
+def likelihood_accuracy(model: nn.Module, tok: ChatTokenizer, pairs: list[tuple[str, str, str]]) -> float:
+    """The share of (prompt, chosen, rejected) triples whose chosen answer a language model finds likelier: the sum of
+    its answer tokens' log-probabilities (answer_logprobs), strictly above the rejected answer's. A baseline for a
+    reward model's preference_accuracy: how well the policy's own probabilities already judge the pairs."""
+    if not pairs:
+        raise ValueError("no preference pairs to measure")
+    device = next(model.parameters()).device
+    c_ids, c_mask, r_ids, r_mask = (t.to(device) for t in _encode_pairs(tok, pairs))
+    with torch.no_grad():
+        chosen = answer_logprobs(model(c_ids), c_ids, c_mask)  # (B,)
+        rejected = answer_logprobs(model(r_ids), r_ids, r_mask)  # (B,)
     return (chosen > rejected).double().mean().item()
 
 

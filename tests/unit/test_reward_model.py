@@ -241,3 +241,22 @@ def test_ppo_learns_a_value_and_draws_grpos_first_samples(sft_tok):
     assert critic.head.weight.abs().sum() > 0  # the value model learned (its head started at zero)
     with pytest.raises(ValueError, match="updates must be at least 1"):
         alignment.train_ppo(_sft(), critic, _sft(), sft_tok, words, _odd_length, steps=1, updates=0)
+
+
+def test_likelihood_accuracy_ranks_pairs_by_the_models_answer_probabilities(tok):
+    lm = alignment.without_dropout(_lm(tok, seed=3)).eval()
+    pairs = [("reverse abc", "cba", "abc"), ("shout ab", "AB", "ab"), ("reverse ab", "ba", "bb")]  # (no digits in tok)
+    right = 0
+    with torch.no_grad():
+        for prompt, chosen, rejected in pairs:
+            c_ids, c_mask = chat.chat_batch(tok, [prompt], [chosen])
+            r_ids, r_mask = chat.chat_batch(tok, [prompt], [rejected])
+            c = alignment.answer_logprobs(lm(c_ids), c_ids, c_mask)
+            r = alignment.answer_logprobs(lm(r_ids), r_ids, r_mask)
+            right += int(c.item() > r.item())
+    assert 0 < right < 3  # a random model gets some pairs right and some wrong: the count is informative
+    assert alignment.likelihood_accuracy(lm, tok, pairs) == pytest.approx(right / 3)
+    flipped = [(p, r, c) for p, c, r in pairs]
+    assert alignment.likelihood_accuracy(lm, tok, pairs) + alignment.likelihood_accuracy(lm, tok, flipped) == 1.0
+    with pytest.raises(ValueError, match="no preference pairs"):
+        alignment.likelihood_accuracy(lm, tok, [])
