@@ -15,6 +15,7 @@ run, so an interrupted sweep goes on where it stopped. The shipped file was made
     OMP_NUM_THREADS=1 python tools/seed_runs.py "lora r1" "lora r4" "lora r32" --seeds 1  # the rank sweep, seed 0
     OMP_NUM_THREADS=1 python tools/seed_runs.py "lora r8 alpha 4" "lora r8 alpha 64"      # the alpha sweep, three seeds
     OMP_NUM_THREADS=1 python tools/seed_runs.py "lora r8 alpha 16 lr x4"                  # its control, three seeds
+    OMP_NUM_THREADS=1 python tools/seed_runs.py dense moe --seeds 6  # seeds 3 to 5, later, on another CPU
 
 (one thread, because other jobs shared the two-core machine: two threads then wait on each other).
 """

@@ -146,6 +146,7 @@ __all__ = [
     "load_assistant_runs",
     "RECIPES",
     "SEEDS",
+    "MOE_SEEDS",
     "SEED_RUN_STEPS",
     "LORA_RANKS",
     "LORA_ALPHAS",
@@ -1184,6 +1185,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
 # shipped checkpoint; the mixture and dense runs stop at SEED_RUN_STEPS, with the schedule's warm-up and cosine
 # decay fitted to that length, while the shipped checkpoints are single-seed runs of 3000 steps.
 SEEDS = (0, 1, 2)
+MOE_SEEDS = (0, 1, 2, 3, 4, 5)  # the mixture against the dense model: six paired seeds (three can never separate)
 SEED_RUN_STEPS = 400  # the mixture-against-dense runs: 400 of the recipe's AdamW steps of 32 windows of 128
 LORA_RANKS = (1, 4, 8, 32)  # the rank sweep, alpha held at LORA_ALPHA (so the scale alpha / r falls as r grows)
 LORA_ALPHAS = (4.0, 16.0, 64.0)  # the alpha sweep at rank LORA_RANK: the adapters' scale alpha / r is 0.5, 2 or 8
