@@ -1,4 +1,5 @@
-"""Chapter 14's seed runs: the shipped results file holds every comparison over three seeds, and its runs come
+"""Chapter 14's seed runs: the shipped results file holds every comparison over its seeds (six for the mixture
+against the dense model, three for the rest), and its runs come
 from their recipes (tools/seed_runs.py writes the file; these tests re-run first steps and compare)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from transformer_lib import recipes
 COMPARED = ("dense", "moe", "full", "lora r8")  # the comparisons the chapter asserts: six seeds, three, three, three
 
 
-def test_the_results_file_holds_each_comparison_over_three_seeds_and_every_run_at_least_once():
+def test_the_results_file_holds_each_comparison_over_its_seeds_and_every_run_at_least_once():
     data = recipes.load_seed_runs()
     assert set(data["runs"]) == set(recipes.SEED_RUNS), "run `python tools/seed_runs.py` after changing SEED_RUNS"
     for name in COMPARED:
