@@ -11,11 +11,15 @@
   there is measured on text that is new to it.
 - `fine_tune`: one of four ways to learn that task from a few labelled speeches or all of them
   (`METHODS`): a BERT trained from scratch, a linear probe on the pre-trained model's frozen features,
-  full fine-tuning, and LoRA.
+  full fine-tuning, and LoRA. The three that train the encoder read `[CLS]` through a pooler, as BERT
+  does, or with `pooling="mean"` the probe's mean of the words' vectors (`MeanPooledClassifier`).
+- `refill` and `masked_word_shares`: what fine-tuning cost the encoder at its first task, filling in hidden words
+  (the fine-tuned encoder put back under the pre-trained masked-word head, and scored window by window).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import Counter
@@ -27,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import corpus
-from .bert import BertClassifier, BertForMaskedLM
-from .lora import add_lora, trainable_parameters
+from .bert import IGNORE, BertClassifier, BertForMaskedLM, BertModel, mask_tokens
+from .lora import add_lora, merge_lora, trainable_parameters
 from .tasks import iterate_batches
 from .training import classification_loss, fit
 
@@ -48,8 +52,12 @@ __all__ = [
     "order_split",
     "ORDER_TEST",
     "METHODS",
+    "POOLINGS",
     "mean_features",
+    "MeanPooledClassifier",
     "fine_tune",
+    "refill",
+    "masked_word_shares",
 ]
 
 SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
@@ -186,6 +194,7 @@ def encode_batch(vocab: PlayWords, texts: list[str], max_len: int) -> torch.Tens
 
 ORDER_TEST = 300  # speeches held out to measure every method; labels are drawn from the rest (the pool)
 METHODS = ("scratch", "probe", "full", "lora")
+POOLINGS = ("cls", "mean")  # what a classifier that trains its encoder reads: [CLS] through a pooler, or mean_features
 # steps of 16 speeches, and learning rates, of each method (the same at every label budget)
 _STEPS = 200
 _LR = {"scratch": 3e-4, "probe": 1e-2, "full": 1e-4, "lora": 1e-3}
@@ -201,13 +210,33 @@ def order_split(vocab: PlayWords, max_len: int) -> tuple[torch.Tensor, torch.Ten
     return (*pick(pool), *pick(test))
 
 
+def _mean_over_words(hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """hidden (N, S, d_model) averaged over each row's words ([CLS], [SEP], [PAD] left out): (N, d_model)."""
+    words = (ids >= len(SPECIALS)).unsqueeze(-1).to(hidden.dtype)  # (N, S, 1)
+    return (hidden * words).sum(1) / words.sum(1).clamp(min=1.0)  # (N, d_model)
+
+
 @torch.no_grad()  # not inference_mode: the probe trains on these features
 def mean_features(model: BertForMaskedLM | BertClassifier, ids: torch.Tensor) -> torch.Tensor:
     """The encoder's last hidden states averaged over each row's words ([CLS], [SEP], [PAD] left out): (N, d_model)."""
     model.eval()
     hidden, _ = model.bert(ids)  # (N, S, d_model)
-    words = (ids >= len(SPECIALS)).unsqueeze(-1).to(hidden.dtype)  # (N, S, 1)
-    return (hidden * words).sum(1) / words.sum(1).clamp(min=1.0)  # (N, d_model)
+    return _mean_over_words(hidden, ids)
+
+
+class MeanPooledClassifier(nn.Module):
+    """A BERT encoder (no pooler) read as the probe reads it, the mean of its words' last hidden vectors, by one linear
+    layer: tokens (B, S) -> class logits (B, num_classes). Unlike the probe, the encoder can train."""
+
+    def __init__(self, config, num_classes: int = 2):
+        super().__init__()
+        self.bert = BertModel(config, pooler=False)
+        self.config = self.bert.config
+        self.classifier = nn.Linear(self.config.d_model, num_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.bert(tokens)  # (B, S, d_model)
+        return self.classifier(_mean_over_words(hidden, tokens))  # (B, d_model) -> (B, num_classes)
 
 
 def fine_tune(
@@ -218,6 +247,7 @@ def fine_tune(
     seed: int = 0,
     *,
     steps: int = _STEPS,
+    pooling: str = "cls",
     progress: bool = False,
     device: torch.device | str | None = None,
 ) -> tuple[nn.Module, dict[str, float]]:
@@ -230,6 +260,8 @@ def fine_tune(
     - "lora": the same start, frozen, with rank-8 adapters on every linear layer of the encoder; the
       adapters, the pooler and the head train.
 
+    `pooling` is what "scratch", "full" and "lora" read: "cls", the pooled `[CLS]` vector (BertClassifier), or
+    "mean", the mean of the words' last hidden vectors, as the probe reads them (MeanPooledClassifier, no pooler).
     `seed` picks the budget's speeches, the new weights and dropout's masks; `device` is where they train (default:
     the pre-trained model's; the pre-trained model is moved there). Returns (model, {"test accuracy",
     "trainable parameters", "seconds", "test correct"}), the last a (T,) bool tensor: each test speech right or
@@ -238,6 +270,8 @@ def fine_tune(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     pool_ids, pool_labels, test_ids, test_labels = data
     if not 2 <= budget <= pool_ids.shape[0]:
         raise ValueError(f"budget must be from 2 to the pool's {pool_ids.shape[0]} speeches, got {budget}")
@@ -270,13 +304,17 @@ def fine_tune(
                 "seconds": history.seconds,
                 "test correct": right,
             }
-        model = BertClassifier(pretrained.config, 2).to(device)
+        if pooling == "cls":
+            model = BertClassifier(pretrained.config, 2).to(device)
+        else:
+            model = MeanPooledClassifier(pretrained.config, 2).to(device)
         if method != "scratch":
             missing, unexpected = model.bert.load_state_dict(pretrained.bert.state_dict(), strict=False)
             assert not unexpected and all(k.startswith("pooler.") for k in missing), (missing, unexpected)
         if method == "lora":
             add_lora(model.bert.encoder, ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2"), r=8)
-            for part in (model.bert.embeddings, model.bert.pooler, model.classifier):
+            new_parts = [model.classifier] + ([model.bert.pooler] if pooling == "cls" else [])
+            for part in (model.bert.embeddings, *new_parts):
                 part.requires_grad_(part is not model.bert.embeddings)  # embeddings stay frozen
         batches = iterate_batches(x, y, batch_size=16, rng=rng, pad_id=PAD, forever=True)
         history = fit(
@@ -287,7 +325,7 @@ def fine_tune(
             lr=_LR[method],
             warmup=20,
             progress=progress,
-            desc=f"{method}, {budget} labels",
+            desc=f"{method}, {budget} labels" + (", mean pooling" if pooling == "mean" else ""),
         )
     trainable, _ = trainable_parameters(model)
     model.eval()
@@ -299,3 +337,45 @@ def fine_tune(
         "seconds": history.seconds,
         "test correct": right,
     }
+
+
+def refill(pretrained: BertForMaskedLM, tuned: nn.Module) -> BertForMaskedLM:
+    """A copy of `pretrained` whose encoder is `tuned`'s (a fine_tune model that trained its encoder), under the
+    pre-trained masked-word head. LoRA adapters are merged into their weights first (on a copy: `tuned` is left as it
+    was); a classifier's pooler and head are left out, as the masked-word model has no place for them."""
+    if not isinstance(getattr(tuned, "bert", None), BertModel):
+        raise TypeError(f"refill needs a model with a BERT encoder (.bert), got {type(tuned).__name__}")
+    encoder = merge_lora(copy.deepcopy(tuned.bert))
+    out = copy.deepcopy(pretrained)
+    missing, left_over = out.bert.load_state_dict(encoder.state_dict(), strict=False)
+    if missing or any(not k.startswith("pooler.") for k in left_over):
+        raise ValueError(f"the encoders do not match: missing {missing}, left over {left_over}")
+    return out
+
+
+@torch.no_grad()
+def masked_word_shares(model: BertForMaskedLM, windows: torch.Tensor, seeds: Iterable[int] = (0, 1)) -> torch.Tensor:
+    """For each of `windows` (N, S): the share of its hidden words the model's top guess gets right, averaged over the
+    masking `seeds` (each hides words by BERT's rule with torch.Generator().manual_seed(seed), so two models scored
+    with the same seeds guess at the same words). Returns (N,); a window with no hidden word counts 0."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("masked_word_shares needs at least one masking seed")
+    model.eval()
+    device = next(model.parameters()).device
+    total = torch.zeros(windows.shape[0], dtype=torch.float64)
+    for seed in seeds:
+        inputs, labels = mask_tokens(
+            windows.cpu(),
+            mask_id=MASK,
+            special_ids=PlayWords.special_ids,
+            vocab_size=model.config.vocab_size,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        chosen = labels != IGNORE  # (N, S): the hidden words
+        guesses = model(inputs.to(device), at=chosen.to(device)).argmax(-1).cpu()  # (n,)
+        right = (guesses == labels[chosen]).double()  # (n,)
+        window_of = chosen.nonzero()[:, 0]  # (n,)
+        hidden = torch.bincount(window_of, minlength=len(windows)).clamp(min=1)  # (N,)
+        total += torch.bincount(window_of, weights=right, minlength=len(windows)) / hidden
+    return total / len(seeds)

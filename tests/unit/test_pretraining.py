@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -103,10 +105,32 @@ def test_fine_tune_refuses_what_it_cannot_do():
         P.fine_tune("fine", pre, data, 2)
     with pytest.raises(ValueError, match="budget must be from 2 to the pool's 3 speeches, got 4"):
         P.fine_tune("full", pre, data, 4)
+    with pytest.raises(ValueError, match=r"pooling must be one of \('cls', 'mean'\), got 'max'"):
+        P.fine_tune("full", pre, data, 2, pooling="max")
 
 
-@pytest.mark.parametrize("method", P.METHODS)
-def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(method):
+def test_the_mean_pooled_classifier_reads_what_the_probe_reads():
+    """Its logits are its linear layer on mean_features: the words' mean, [CLS], [SEP] and padding left out."""
+    vocab = P.PlayWords.from_text("a b c d e f", min_count=1)
+    torch.manual_seed(0)
+    cfg = bert.bert_config(vocab_size=vocab.vocab_size, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+    pre = bert.BertForMaskedLM(cfg)
+    model = P.MeanPooledClassifier(cfg, 3)
+    model.bert.load_state_dict(pre.bert.state_dict())  # strict: no pooler on either side
+    model.eval()
+    ids = P.encode_batch(vocab, ["a b c", "d e", "f"], 8)  # (3, 5), padded
+    with torch.no_grad():
+        logits = model(ids)  # (3, 3)
+        assert torch.allclose(logits, model.classifier(P.mean_features(pre, ids)), atol=1e-6)
+        hidden, _ = pre.bert(ids)  # (3, 5, 8)
+        by_hand = torch.stack([hidden[i, 1 : 1 + n].mean(0) for i, n in enumerate((3, 2, 1))])  # words only
+        assert torch.allclose(logits, model.classifier(by_hand), atol=1e-6)
+        wider = torch.cat([ids, torch.full((3, 2), P.PAD)], 1)  # (3, 7): more padding changes nothing
+        assert torch.allclose(model(wider), logits, atol=1e-6)
+
+
+@pytest.mark.parametrize(("method", "pooling"), [(m, "cls") for m in P.METHODS] + [("full", "mean"), ("lora", "mean")])
+def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(method, pooling):
     vocab = P.PlayWords.from_text("a b c d e f", min_count=1)
     torch.manual_seed(0)
     cfg = bert.bert_config(vocab_size=vocab.vocab_size, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
@@ -114,8 +138,8 @@ def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(
     ids = P.encode_batch(vocab, ["a b", "c d", "a c", "e f", "b f", "d e"], 8)
     y = torch.tensor([0, 1, 0, 1, 0, 1])
     data = (ids, y, ids, y)
-    model, result = P.fine_tune(method, pre, data, 4, seed=3, steps=3)
-    again, _ = P.fine_tune(method, pre, data, 4, seed=3, steps=3)
+    model, result = P.fine_tune(method, pre, data, 4, seed=3, steps=3, pooling=pooling)
+    again, _ = P.fine_tune(method, pre, data, 4, seed=3, steps=3, pooling=pooling)
     correct = result["test correct"]  # (6,): each test row right or not, and the accuracy is their share
     assert correct.shape == (6,) and correct.dtype == torch.bool
     assert result["test accuracy"] == pytest.approx(correct.double().mean().item())
@@ -124,9 +148,12 @@ def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(
     trains = {n for n, p in model.named_parameters() if p.requires_grad}
     if method == "probe":
         assert isinstance(model, torch.nn.Linear) and result["trainable parameters"] == 8 * 2 + 2
-    elif method == "lora":
+    else:  # the classifier that reads what `pooling` says, and only it has a pooler
+        assert isinstance(model, bert.BertClassifier if pooling == "cls" else P.MeanPooledClassifier)
+        assert (model.bert.pooler is None) == (pooling == "mean")
+    if method == "lora":
         assert trains and all("lora_" in n or n.startswith(("bert.pooler", "classifier")) for n in trains)
-    else:
+    elif method != "probe":
         assert "bert.embeddings.word.table.weight" in trains
     if method in ("full", "lora"):  # they start from the pre-trained encoder; scratch does not
         start = pre.bert.embeddings.position.weight
@@ -151,7 +178,8 @@ def test_the_shipped_checkpoint_loads_and_fills_in_words():
 def test_the_learning_curve_file_holds_every_method_budget_and_seed():
     runs = recipes.load_finetune_runs()
     assert runs["budgets"] == list(recipes.LABEL_BUDGETS)
-    assert set(runs["runs"]) == {f"{m} {b}" for m in P.METHODS for b in recipes.LABEL_BUDGETS}
+    read_mean = [f"{m} mean" for m in ("full", "lora")]  # the same two methods reading the words' mean, not [CLS]
+    assert set(runs["runs"]) == {f"{m} {b}" for m in [*P.METHODS, *read_mean] for b in recipes.LABEL_BUDGETS}
     for name, records in runs["runs"].items():
         assert [r["seed"] for r in records] == list(recipes.SEEDS), name
         assert all(0.0 <= r["test_accuracy"] <= 1.0 and r["seconds"] >= 0 for r in records), name
@@ -182,8 +210,8 @@ def test_the_sweep_tool_skips_what_the_file_holds_and_refuses_unknown_methods(tm
 
     calls = []
 
-    def stand_in(method, pretrained, task, budget, seed):
-        calls.append((method, budget, seed))
+    def stand_in(method, pretrained, task, budget, seed, pooling):
+        calls.append((method, budget, seed) if pooling == "cls" else (method, pooling, budget, seed))
         return None, {"test accuracy": 0.5, "trainable parameters": 1.0, "seconds": 0.1}
 
     monkeypatch.setattr(finetune_runs.pretraining, "fine_tune", stand_in)
@@ -196,5 +224,71 @@ def test_the_sweep_tool_skips_what_the_file_holds_and_refuses_unknown_methods(tm
     assert calls == []  # everything is in the file already
     finetune_runs.main(["probe", "--seeds", "1", "--force", "--out", str(out)])
     assert calls == [("probe", b, 0) for b in recipes.LABEL_BUDGETS]
+    calls.clear()
+    finetune_runs.main(["full", "--seeds", "1", "--pooling", "mean", "--out", str(out)])
+    assert calls == [("full", "mean", b, 0) for b in recipes.LABEL_BUDGETS]
+    assert {f"full mean {b}" for b in recipes.LABEL_BUDGETS} <= set(json.loads(out.read_text())["runs"])
     with pytest.raises(SystemExit):
         finetune_runs.main(["fine", "--out", str(out)])
+    with pytest.raises(SystemExit):  # the probe reads the mean already
+        finetune_runs.main(["probe", "--pooling", "mean", "--out", str(out)])
+
+
+def _tiny_task():
+    vocab = P.PlayWords.from_text("a b c d e f", min_count=1)
+    torch.manual_seed(0)
+    cfg = bert.bert_config(vocab_size=vocab.vocab_size, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+    ids = P.encode_batch(vocab, ["a b", "c d", "a c", "e f", "b f", "d e"], 8)
+    y = torch.tensor([0, 1, 0, 1, 0, 1])
+    return bert.BertForMaskedLM(cfg), (ids, y, ids, y)
+
+
+def test_refill_puts_the_fine_tuned_encoder_under_the_pre_trained_head_and_merges_lora():
+    pre, data = _tiny_task()
+    before = {k: v.clone() for k, v in pre.state_dict().items()}
+    ids = data[0]
+    for method in ("full", "lora"):
+        tuned, _ = P.fine_tune(method, pre, data, 4, seed=1, steps=5)
+        refilled = P.refill(pre, tuned)
+        tuned.eval(), refilled.eval()
+        with torch.no_grad():  # the refilled encoder computes what the fine-tuned one does (LoRA merged)
+            assert torch.allclose(refilled.bert(ids)[0], tuned.bert(ids)[0], atol=1e-5), method
+        assert torch.equal(refilled.output_bias, pre.output_bias)  # the head's own weights are the pre-trained ones
+        name = "layers.0.feed_forward.linear1.weight"  # a weight LoRA adapts: fine-tuning moved it
+        assert not torch.equal(refilled.bert.encoder.state_dict()[name], pre.bert.encoder.state_dict()[name]), method
+        if method == "lora":  # the fine-tuned model keeps its adapters: refill merged a copy
+            assert any("lora_" in n for n, _ in tuned.named_parameters())
+    for k, v in pre.state_dict().items():  # and the pre-trained model is untouched
+        assert torch.equal(v, before[k]), k
+    # adapters that have not trained (B = 0) change nothing: LoRA kept apart forgets nothing
+    untrained, _ = P.fine_tune("lora", pre, data, 4, seed=1, steps=0)
+    for k, v in P.refill(pre, untrained).state_dict().items():
+        assert torch.equal(v, pre.state_dict()[k]), k
+    probe, _ = P.fine_tune("probe", pre, data, 4, steps=2)
+    with pytest.raises(TypeError, match="refill needs a model with a BERT encoder \\(.bert\\), got Linear"):
+        P.refill(pre, probe)
+
+
+def test_masked_word_shares_scores_each_window_over_the_same_hidden_words():
+    pre, data = _tiny_task()
+    windows = data[0].repeat(4, 1)  # (24, 4): short windows, so some hide nothing at a seed
+    shares = P.masked_word_shares(pre, windows, seeds=[3])
+    generator = torch.Generator().manual_seed(3)
+    inputs, labels = bert.mask_tokens(
+        windows,
+        mask_id=P.MASK,
+        special_ids=P.PlayWords.special_ids,
+        vocab_size=pre.config.vocab_size,
+        generator=generator,
+    )
+    pre.eval()
+    with torch.no_grad():
+        logits = pre(inputs)  # (24, 4, V)
+    for i in range(len(windows)):  # by hand, one window at a time
+        chosen = labels[i] != bert.IGNORE
+        want = (logits[i][chosen].argmax(-1) == labels[i][chosen]).double().mean().item() if chosen.any() else 0.0
+        assert shares[i].item() == pytest.approx(want), i
+    two = P.masked_word_shares(pre, windows, seeds=[3, 4])
+    assert torch.allclose(two, (shares + P.masked_word_shares(pre, windows, seeds=[4])) / 2)
+    with pytest.raises(ValueError, match="at least one masking seed"):
+        P.masked_word_shares(pre, windows, seeds=[])
