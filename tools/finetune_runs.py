@@ -39,7 +39,9 @@ from transformer_lib.checkpoints import load_checkpoint
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("methods", nargs="*", help=f"some of {list(pretraining.METHODS)} (default: all)")
+    parser.add_argument(
+        "methods", nargs="*", help=f"some of {list(pretraining.ALL_METHODS)} (default: the four of the figure)"
+    )
     parser.add_argument("--seeds", type=int, default=len(recipes.SEEDS), help="seeds 0 .. N-1 (default 3)")
     parser.add_argument("--force", action="store_true", help="run again what the file already holds")
     parser.add_argument(
@@ -51,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forgetting", action="store_true", help="measure forgetting (full and LoRA) instead")
     parser.add_argument("--out", type=Path, default=recipes.finetune_runs_path())
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.methods) - set(pretraining.METHODS))
+    unknown = sorted(set(args.methods) - set(pretraining.ALL_METHODS))
     if unknown:
-        parser.error(f"no method called {unknown}; the methods are {list(pretraining.METHODS)}")
+        parser.error(f"no method called {unknown}; the methods are {list(pretraining.ALL_METHODS)}")
     methods = args.methods or (("full", "lora") if args.forgetting else pretraining.METHODS)
     if args.pooling != "cls" and "probe" in methods:
         parser.error("the probe always reads the mean of the words' vectors: leave it out of --pooling mean")

@@ -74,8 +74,10 @@ class Comparison:
         a, b = self.names
         how = f"paired over {self.n[0]} {self.unit}" if self.paired else f"{self.n[0]} against {self.n[1]} {self.unit}"
         test = "exact" if self.exact else "sampled"
+        # a mean of differences that cancel leaves rounding (1e-17), not an effect: print it as the 0 it is
+        effect = 0.0 if abs(self.effect) < 1e-9 * (self.high - self.low) else self.effect
         return (
-            f"{self.verdict}: {a} - {b} = {self.effect:+.4g} ({CONFIDENCE:.0%} interval {self.low:+.4g} to "
+            f"{self.verdict}: {a} - {b} = {effect:+.4g} ({CONFIDENCE:.0%} interval {self.low:+.4g} to "
             f"{self.high:+.4g}), {how}, {test} permutation p = {self.p:.3g} (threshold {self.alpha:g})"
         )
 

@@ -11,8 +11,10 @@
   there is measured on text that is new to it.
 - `fine_tune`: one of four ways to learn that task from a few labelled speeches or all of them
   (`METHODS`): a BERT trained from scratch, a linear probe on the pre-trained model's frozen features,
-  full fine-tuning, and LoRA. The three that train the encoder read `[CLS]` through a pooler, as BERT
-  does, or with `pooling="mean"` the probe's mean of the words' vectors (`MeanPooledClassifier`).
+  full fine-tuning, and LoRA; and a fifth, between the probe and full fine-tuning, that trains only the
+  encoder's last layer and the head ("last", in `ALL_METHODS`). Those that train the encoder read `[CLS]`
+  through a pooler, as BERT does, or with `pooling="mean"` the probe's mean of the words' vectors
+  (`MeanPooledClassifier`).
 - `refill` and `masked_word_shares`: what fine-tuning cost the encoder at its first task, filling in hidden words
   (the fine-tuned encoder put back under the pre-trained masked-word head, and scored window by window).
 """
@@ -52,6 +54,7 @@ __all__ = [
     "order_split",
     "ORDER_TEST",
     "METHODS",
+    "ALL_METHODS",
     "POOLINGS",
     "mean_features",
     "MeanPooledClassifier",
@@ -193,11 +196,12 @@ def encode_batch(vocab: PlayWords, texts: list[str], max_len: int) -> torch.Tens
 
 
 ORDER_TEST = 300  # speeches held out to measure every method; labels are drawn from the rest (the pool)
-METHODS = ("scratch", "probe", "full", "lora")
+METHODS = ("scratch", "probe", "full", "lora")  # the chapter's figure
+ALL_METHODS = (*METHODS, "last")  # and the last encoder layer with the head, the rest frozen
 POOLINGS = ("cls", "mean")  # what a classifier that trains its encoder reads: [CLS] through a pooler, or mean_features
 # steps of 16 speeches, and learning rates, of each method (the same at every label budget)
 _STEPS = 200
-_LR = {"scratch": 3e-4, "probe": 1e-2, "full": 1e-4, "lora": 1e-3}
+_LR = {"scratch": 3e-4, "probe": 1e-2, "full": 1e-4, "lora": 1e-3, "last": 1e-4}  # "last": full fine-tuning's
 
 
 def order_split(vocab: PlayWords, max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -251,7 +255,7 @@ def fine_tune(
     progress: bool = False,
     device: torch.device | str | None = None,
 ) -> tuple[nn.Module, dict[str, float]]:
-    """Learn the order task from `budget` labelled speeches of the pool, one of METHODS; measure it on the test part.
+    """Learn the order task from `budget` labelled speeches of the pool, one of ALL_METHODS; measure it on the test set.
 
     - "scratch": a BertClassifier of the pre-trained model's shape, from random weights.
     - "probe": the pre-trained encoder frozen; a linear layer on its mean_features learns alone.
@@ -259,6 +263,8 @@ def fine_tune(
       every weight trains.
     - "lora": the same start, frozen, with rank-8 adapters on every linear layer of the encoder; the
       adapters, the pooler and the head train.
+    - "last": the same start; only the encoder's last layer, the pooler (if any) and the head train, at full
+      fine-tuning's rate.
 
     `pooling` is what "scratch", "full" and "lora" read: "cls", the pooled `[CLS]` vector (BertClassifier), or
     "mean", the mean of the words' last hidden vectors, as the probe reads them (MeanPooledClassifier, no pooler).
@@ -268,8 +274,8 @@ def fine_tune(
     not. Every method takes `steps` AdamW steps of 16 speeches (the probe: of the whole
     budget at once).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in ALL_METHODS:
+        raise ValueError(f"method must be one of {ALL_METHODS}, got {method!r}")
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     pool_ids, pool_labels, test_ids, test_labels = data
@@ -316,6 +322,11 @@ def fine_tune(
             new_parts = [model.classifier] + ([model.bert.pooler] if pooling == "cls" else [])
             for part in (model.bert.embeddings, *new_parts):
                 part.requires_grad_(part is not model.bert.embeddings)  # embeddings stay frozen
+        if method == "last":  # everything frozen but the last encoder layer and what reads it
+            model.requires_grad_(False)
+            for part in (model.bert.encoder.layers[-1], model.classifier, model.bert.pooler):
+                if part is not None:
+                    part.requires_grad_(True)
         batches = iterate_batches(x, y, batch_size=16, rng=rng, pad_id=PAD, forever=True)
         history = fit(
             model,

@@ -570,11 +570,19 @@ def plays_bert(vocab_size: int, seed: int = 0) -> BertForMaskedLM:
 
 
 def _plays_bert(
-    steps: int | None = None, progress: bool = False, seed: int = 0, device: str | None = None
+    steps: int | None = None,
+    progress: bool = False,
+    seed: int = 0,
+    device: str | None = None,
+    *,
+    eval_every: int = 1000,
+    also: Callable[[nn.Module], dict[str, float]] | None = None,
 ) -> tuple[nn.Module, History, dict]:
     """BERT pre-trained on the training plays: 10,000 AdamW steps of 64 windows, each masked afresh when drawn.
 
-    About 75 minutes on one laptop core, 4 minutes on an H200 (the shipped checkpoint's run, `meta["device"]`)."""
+    About 75 minutes on one laptop core, 4 minutes on an H200 (the shipped checkpoint's run, `meta["device"]`).
+    Every `eval_every` steps the held-out masked-word accuracy is measured, with `also(model)`'s metrics beside it
+    (tools/transfer_runs.py probes the order task there); neither changes what the model trains on."""
     vocab, train, held_out = plays_mlm_data()
     model = plays_bert(vocab.vocab_size, seed=seed)
     batches = masked_batches(train, vocab.vocab_size, batch_size=64, rng=torch.Generator().manual_seed(seed))
@@ -587,8 +595,8 @@ def _plays_bert(
             steps=steps or 10_000,
             lr=1e-3,
             warmup=500,
-            eval_fn=lambda m: masked_accuracy(m, held_out),
-            eval_every=1000,
+            eval_fn=lambda m: {**masked_accuracy(m, held_out), **(also(m) if also else {})},
+            eval_every=eval_every,
             device=device,
             progress=progress,
             desc="BERT on the plays (masked words)",

@@ -102,6 +102,9 @@ def test_the_verdict_follows_the_p_value_the_sign_and_the_direction():
     assert evidence.compare(a, a, paired=True).verdict == evidence.NOT_SEPARABLE  # no difference at all: p = 1
     line = str(higher)
     assert line.startswith("GRPO beats SFT: GRPO - SFT = +1") and "paired over 6 runs" in line and "exact" in line
+    # differences that cancel print as 0, not as the 1e-17 their floating-point mean leaves
+    cancel = evidence.compare([0.1, 0.7, 0.2, 0.4], [0.3, 0.5, 0.4, 0.2], paired=True, names=("A", "B"))
+    assert cancel.effect != 0 and abs(cancel.effect) < 1e-15 and "A - B = +0 (" in str(cancel)
 
 
 def test_three_seeds_alone_can_never_separate_two_methods():

@@ -101,7 +101,9 @@ def test_fine_tune_refuses_what_it_cannot_do():
     pre = bert.BertForMaskedLM(bert.bert_config(vocab_size=vocab.vocab_size, d_model=8, num_heads=2, num_layers=1))
     ids = P.encode_batch(vocab, ["a b", "c d", "a c"], 8)
     data = (ids, torch.tensor([0, 1, 0]), ids, torch.tensor([0, 1, 0]))
-    with pytest.raises(ValueError, match=r"method must be one of \('scratch', 'probe', 'full', 'lora'\), got 'fine'"):
+    with pytest.raises(
+        ValueError, match=r"method must be one of \('scratch', 'probe', 'full', 'lora', 'last'\), got 'fine'"
+    ):
         P.fine_tune("fine", pre, data, 2)
     with pytest.raises(ValueError, match="budget must be from 2 to the pool's 3 speeches, got 4"):
         P.fine_tune("full", pre, data, 4)
@@ -129,7 +131,9 @@ def test_the_mean_pooled_classifier_reads_what_the_probe_reads():
         assert torch.allclose(model(wider), logits, atol=1e-6)
 
 
-@pytest.mark.parametrize(("method", "pooling"), [(m, "cls") for m in P.METHODS] + [("full", "mean"), ("lora", "mean")])
+@pytest.mark.parametrize(
+    ("method", "pooling"), [(m, "cls") for m in P.ALL_METHODS] + [("full", "mean"), ("lora", "mean"), ("last", "mean")]
+)
 def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(method, pooling):
     vocab = P.PlayWords.from_text("a b c d e f", min_count=1)
     torch.manual_seed(0)
@@ -153,11 +157,15 @@ def test_each_method_trains_what_it_says_and_the_same_seed_gives_the_same_model(
         assert (model.bert.pooler is None) == (pooling == "mean")
     if method == "lora":
         assert trains and all("lora_" in n or n.startswith(("bert.pooler", "classifier")) for n in trains)
+    elif method == "last":  # the last encoder layer (of one here) and what reads it
+        last = f"bert.encoder.layers.{len(model.bert.encoder.layers) - 1}."
+        assert trains == {n for n, _ in model.named_parameters() if n.startswith((last, "bert.pooler", "classifier"))}
+        assert any(n.startswith(last) for n in trains)
     elif method != "probe":
         assert "bert.embeddings.word.table.weight" in trains
-    if method in ("full", "lora"):  # they start from the pre-trained encoder; scratch does not
+    if method in ("full", "lora", "last"):  # they start from the pre-trained encoder; scratch does not
         start = pre.bert.embeddings.position.weight
-        assert torch.equal(model.bert.embeddings.position.weight, start) == (method == "lora")
+        assert torch.equal(model.bert.embeddings.position.weight, start) == (method != "full")
 
 
 @pytest.mark.slow  # over a second: make test runs it, make check does not
@@ -178,7 +186,7 @@ def test_the_shipped_checkpoint_loads_and_fills_in_words():
 def test_the_learning_curve_file_holds_every_method_budget_and_seed():
     runs = recipes.load_finetune_runs()
     assert runs["budgets"] == list(recipes.LABEL_BUDGETS)
-    read_mean = [f"{m} mean" for m in ("full", "lora")]  # the same two methods reading the words' mean, not [CLS]
+    read_mean = [f"{m} mean" for m in ("full", "lora", "last")]  # reading the words' mean, not [CLS]
     assert set(runs["runs"]) == {f"{m} {b}" for m in [*P.METHODS, *read_mean] for b in recipes.LABEL_BUDGETS}
     for name, records in runs["runs"].items():
         assert [r["seed"] for r in records] == list(recipes.SEEDS), name
@@ -292,3 +300,23 @@ def test_masked_word_shares_scores_each_window_over_the_same_hidden_words():
     assert torch.allclose(two, (shares + P.masked_word_shares(pre, windows, seeds=[4])) / 2)
     with pytest.raises(ValueError, match="at least one masking seed"):
         P.masked_word_shares(pre, windows, seeds=[])
+
+
+@pytest.mark.slow
+def test_the_transfer_tool_probes_before_the_first_step_and_at_every_measurement(tmp_path, capsys):
+    import transfer_runs  # tools/ is on pytest's pythonpath
+
+    out = tmp_path / "transfer.json"
+    assert (
+        transfer_runs.main(["--steps", "3", "--every", "2", "--budgets", "20", "--seeds", "1", "--out", str(out)]) == 0
+    )
+    data = json.loads(out.read_text())
+    assert [p["steps"] for p in data["points"]] == [0, 3]  # before any step, and after the last (not twice)
+    assert data["first_losses"] == pytest.approx(
+        recipes.RECIPES["plays_bert"](steps=3)[1].losses
+    )  # measuring changed nothing the model trained on
+    assert all(set(p["probe"]) == {"20"} and len(p["probe"]["20"]) == 1 for p in data["points"])
+    for bad, message in ((["--every", "0"], "positive"), (["--budgets", "1"], "from 2 to the pool")):
+        with pytest.raises(SystemExit):
+            transfer_runs.main([*bad, "--out", str(out)])
+        assert message in capsys.readouterr().err
