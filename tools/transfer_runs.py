@@ -10,10 +10,11 @@ the linear probe on its frozen features (pretraining.fine_tune("probe", ...)), t
 without changing it. Measuring changes nothing the model trains on: the masks of the evaluation and the probe's draws
 come from their own generators, and the model has no dropout.
 
-The file, transformer_lib/checkpoints/transfer_runs.json, holds one point per measurement: the steps taken so far, the
-masked-word loss and accuracy, and the probe's test accuracy per budget and seed. No weights are kept: the chapter
-needs only these numbers. It also records the run's first losses, so that tests/unit/test_pretraining.py can check
-that this is the recipe that made the shipped checkpoint (whose run was on a GPU), the machine and the time.
+The file, transformer_lib/checkpoints/transfer_runs.json (read by recipes.load_transfer_runs), holds one point
+per measurement: the steps taken so far, the masked-word loss and accuracy, and the probe's test accuracy per budget
+and seed. No weights are kept: the chapter needs only these numbers. It also records the run's first losses, so that
+tests/unit/test_pretraining.py can check that this is the recipe that made the shipped checkpoint (whose run was on a
+GPU), the machine and the time.
 """
 
 from __future__ import annotations

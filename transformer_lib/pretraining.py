@@ -239,6 +239,7 @@ class MeanPooledClassifier(nn.Module):
         self.classifier = nn.Linear(self.config.d_model, num_classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, S), padded with [PAD] -> class logits (B, num_classes)."""
         hidden, _ = self.bert(tokens)  # (B, S, d_model)
         return self.classifier(_mean_over_words(hidden, tokens))  # (B, d_model) -> (B, num_classes)
 

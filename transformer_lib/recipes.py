@@ -627,6 +627,20 @@ def load_finetune_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+def load_transfer_runs(path: Path | None = None) -> dict:
+    """Transfer against pre-training steps (tools/transfer_runs.py): the plays_bert recipe run again, measured every
+    "every" steps: {"points": [{"steps", "masked loss", "masked accuracy", "probe": {"<budget>": [accuracy per
+    seed]}}], "budgets", "seeds", "first_losses", "machine", "seconds", ...}."""
+    import json
+
+    from .checkpoints import CHECKPOINT_DIR
+
+    path = path or CHECKPOINT_DIR / "transfer_runs.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no transfer results at {path}; run `python tools/transfer_runs.py`")
+    return json.loads(path.read_text())
+
+
 VIT_STEPS = 1000  # the digits ViT: 1,000 AdamW steps of 64 images (about 53 passes over the 1,200)
 # chapter 16's comparisons (tools/vit_runs.py over SEEDS): name -> digits_variant's arguments (a ViT's, or
 # model="cnn"), with "shift": the largest random move, in pixels, of each training image (0: none)

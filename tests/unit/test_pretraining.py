@@ -303,6 +303,27 @@ def test_masked_word_shares_scores_each_window_over_the_same_hidden_words():
 
 
 @pytest.mark.slow
+def test_the_transfer_file_is_the_shipped_recipe_measured_along_the_way():
+    """tools/transfer_runs.py ran the recipe that made plays_bert.pt again (on another device), probing as it went."""
+    from transformer_lib.checkpoints import CHECKPOINT_DIR, load_checkpoint
+
+    data = json.loads((CHECKPOINT_DIR / "transfer_runs.json").read_text())
+    _, meta = load_checkpoint("plays_bert")
+    assert data["recipe"] == meta["recipe"] == "plays_bert" and data["steps"] == meta["steps"]
+    assert data["first_losses"] == pytest.approx(meta["first_losses"], abs=1e-3)  # the same recipe, the same start
+    steps = [p["steps"] for p in data["points"]]
+    assert steps[0] == 0 and steps[-1] == meta["steps"] and steps == sorted(set(steps))
+    assert data["budgets"] == list(recipes.LABEL_BUDGETS) and data["seeds"] == list(recipes.SEEDS)
+    for p in data["points"]:
+        assert set(p["probe"]) == {str(b) for b in recipes.LABEL_BUDGETS}
+        assert all(len(v) == len(recipes.SEEDS) and all(0 <= a <= 1 for a in v) for v in p["probe"].values())
+    # its end is where the shipped run ended, up to the two devices' rounding over 10,000 steps
+    shipped = meta["evals"][-1]["masked accuracy"]
+    assert data["points"][-1]["masked accuracy"] == pytest.approx(shipped, abs=0.02)
+    assert data["points"][0]["masked accuracy"] < 0.05  # random weights guess almost nothing
+
+
+@pytest.mark.slow
 def test_the_transfer_tool_probes_before_the_first_step_and_at_every_measurement(tmp_path, capsys):
     import transfer_runs  # tools/ is on pytest's pythonpath
 

@@ -319,3 +319,7 @@ def test_budget_curves_draw_the_mean_of_the_seeds_and_their_range_on_a_log_axis(
     assert viz.plot_budget_curves({"a": {1: [0.5]}}, ax=ax2) is f2
     with pytest.raises(ValueError, match="at least one value"):
         viz.plot_budget_curves({"a": {1: []}})
+    steps = viz.plot_budget_curves({"a": {0: [0.5], 500: [0.6], 1000: [0.7]}}, xscale="linear").axes[0]
+    assert steps.get_xscale() == "linear" and [list(c.get_xdata()) for c in steps.get_lines()] == [[0, 500, 1000]]
+    with pytest.raises(ValueError, match="xscale must be 'log' or 'linear', got 'symlog'"):
+        viz.plot_budget_curves({"a": {1: [0.5]}}, xscale="symlog")

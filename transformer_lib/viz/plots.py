@@ -438,14 +438,18 @@ def plot_budget_curves(
     ylabel: str = "test accuracy",
     baseline: float | None = None,
     baseline_label: str = "",
+    xscale: str = "log",
 ) -> Figure:
     """A learning curve per method over label budgets: the mean of the seeds as a line, their range as a band.
 
-    results: method -> {budget: its result at each seed}. The budgets sit on a log axis, each marked.
+    results: method -> {budget: its result at each seed}. The budgets sit on a log axis, each marked; with
+    xscale="linear", on a linear axis with matplotlib's own ticks (for many points, such as steps of training).
     baseline: a horizontal line (chance, or the majority class), labelled baseline_label.
     """
     if not results or any(not curve or any(len(v) == 0 for v in curve.values()) for curve in results.values()):
         raise ValueError(f"results must map each method to budgets, each with at least one value, got {results}")
+    if xscale not in ("log", "linear"):
+        raise ValueError(f"xscale must be 'log' or 'linear', got {xscale!r}")
     fig, ax = _axes(ax, (6.5, 3.8))
     budgets = sorted({b for curve in results.values() for b in curve})
     if baseline is not None:
@@ -456,9 +460,10 @@ def plot_budget_curves(
         low, mean, high = ([getattr(v, f)().item() for v in values] for f in ("min", "mean", "max"))
         ax.fill_between(xs, low, high, color=f"C{i}", alpha=0.2, linewidth=0)
         ax.plot(xs, mean, "o-", color=f"C{i}", label=method, markersize=4)
-    ax.set_xscale("log")
-    ax.set_xticks(budgets, [str(b) for b in budgets])
-    ax.minorticks_off()
+    if xscale == "log":
+        ax.set_xscale("log")
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.legend(frameon=False)
     return fig
