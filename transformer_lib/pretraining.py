@@ -60,6 +60,7 @@ __all__ = [
     "MeanPooledClassifier",
     "fine_tune",
     "refill",
+    "hide_words",
     "masked_word_shares",
 ]
 
@@ -365,6 +366,19 @@ def refill(pretrained: BertForMaskedLM, tuned: nn.Module) -> BertForMaskedLM:
     return out
 
 
+def hide_words(windows: torch.Tensor, vocab_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption of the plays' windows (N, S), drawn from torch.Generator().manual_seed(seed): (inputs, labels),
+    each (N, S) on the CPU, as bert.mask_tokens makes them with this vocabulary's [MASK] and special ids. The same seed
+    hides the same words, so two models measured with it guess at the same positions."""
+    return mask_tokens(
+        windows.cpu(),
+        mask_id=MASK,
+        special_ids=PlayWords.special_ids,
+        vocab_size=vocab_size,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
 @torch.no_grad()
 def masked_word_shares(model: BertForMaskedLM, windows: torch.Tensor, seeds: Iterable[int] = (0, 1)) -> torch.Tensor:
     """For each of `windows` (N, S): the share of its hidden words the model's top guess gets right, averaged over the
@@ -377,13 +391,7 @@ def masked_word_shares(model: BertForMaskedLM, windows: torch.Tensor, seeds: Ite
     device = next(model.parameters()).device
     total = torch.zeros(windows.shape[0], dtype=torch.float64)
     for seed in seeds:
-        inputs, labels = mask_tokens(
-            windows.cpu(),
-            mask_id=MASK,
-            special_ids=PlayWords.special_ids,
-            vocab_size=model.config.vocab_size,
-            generator=torch.Generator().manual_seed(seed),
-        )
+        inputs, labels = hide_words(windows, model.config.vocab_size, seed)  # (N, S) each
         chosen = labels != IGNORE  # (N, S): the hidden words
         guesses = model(inputs.to(device), at=chosen.to(device)).argmax(-1).cpu()  # (n,)
         right = (guesses == labels[chosen]).double()  # (n,)

@@ -48,7 +48,7 @@ from .config import TransformerConfig
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
 from .moe import expert_use, moe_lm_loss
-from .pretraining import MASK, PlayWords, mlm_windows
+from .pretraining import MASK, PlayWords, hide_words, mlm_windows
 from .speech import (
     SAMPLING_RATE,
     SpeechTranscriber,
@@ -538,13 +538,7 @@ def masked_accuracy(model: nn.Module, windows: torch.Tensor, seed: int = BERT_MA
     """The masked-word loss (nats) and top-1 accuracy on `windows`, masked by BERT's rule with a fixed seed."""
     model.eval()
     device = next(model.parameters()).device
-    inputs, labels = mask_tokens(
-        windows.cpu(),
-        mask_id=MASK,
-        special_ids=PlayWords.special_ids,
-        vocab_size=model.config.vocab_size,
-        generator=torch.Generator().manual_seed(seed),
-    )
+    inputs, labels = hide_words(windows, model.config.vocab_size, seed)  # (N, S) each
     total, right, loss = 0, 0, 0.0
     for start in range(0, windows.shape[0], 256):
         y = labels[start : start + 256]  # (b, S)

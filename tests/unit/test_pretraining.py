@@ -289,6 +289,8 @@ def test_masked_word_shares_scores_each_window_over_the_same_hidden_words():
         vocab_size=pre.config.vocab_size,
         generator=generator,
     )
+    hidden = P.hide_words(windows, pre.config.vocab_size, 3)  # the plays' settings, the same draws
+    assert torch.equal(hidden[0], inputs) and torch.equal(hidden[1], labels) and (labels != bert.IGNORE).any()
     pre.eval()
     with torch.no_grad():
         logits = pre(inputs)  # (24, 4, V)
