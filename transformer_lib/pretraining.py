@@ -34,6 +34,7 @@ from torch import nn
 
 from . import corpus
 from .bert import IGNORE, BertClassifier, BertForMaskedLM, BertModel, mask_tokens
+from .config import TransformerConfig
 from .lora import add_lora, merge_lora, trainable_parameters
 from .tasks import iterate_batches
 from .training import classification_loss, fit
@@ -233,7 +234,7 @@ class MeanPooledClassifier(nn.Module):
     """A BERT encoder (no pooler) read as the probe reads it, the mean of its words' last hidden vectors, by one linear
     layer: tokens (B, S) -> class logits (B, num_classes). Unlike the probe, the encoder can train."""
 
-    def __init__(self, config, num_classes: int = 2):
+    def __init__(self, config: TransformerConfig, num_classes: int = 2):
         super().__init__()
         self.bert = BertModel(config, pooler=False)
         self.config = self.bert.config
@@ -268,7 +269,7 @@ def fine_tune(
     - "last": the same start; only the encoder's last layer, the pooler (if any) and the head train, at full
       fine-tuning's rate.
 
-    `pooling` is what "scratch", "full" and "lora" read: "cls", the pooled `[CLS]` vector (BertClassifier), or
+    `pooling` is what "scratch", "full", "lora" and "last" read: "cls", the pooled `[CLS]` vector (BertClassifier), or
     "mean", the mean of the words' last hidden vectors, as the probe reads them (MeanPooledClassifier, no pooler).
     `seed` picks the budget's speeches, the new weights and dropout's masks; `device` is where they train (default:
     the pre-trained model's; the pre-trained model is moved there). Returns (model, {"test accuracy",
