@@ -19,6 +19,7 @@ from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
 from .speech import SpeechTranscriber
 from .vit import VisionTransformer
+from .wav2vec2 import Wav2Vec2ForCTC, Wav2Vec2ForPreTraining
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -34,6 +35,8 @@ _MODELS = {
         BertClassifier,
         VisionTransformer,
         SpeechTranscriber,
+        Wav2Vec2ForPreTraining,
+        Wav2Vec2ForCTC,
     )
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import corpus
@@ -45,14 +46,20 @@ from .chat import (
     task_words,
 )
 from .config import TransformerConfig
+from .ctc import greedy_ctc_decode
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
 from .moe import expert_use, moe_lm_loss
 from .pretraining import MASK, PlayWords, hide_words, mlm_windows
 from .speech import (
+    COLUMN_TONES,
+    ROW_TONES,
     SAMPLING_RATE,
+    TOUCH_TONE_KEYS,
     SpeechTranscriber,
     character_error_rate,
+    dft_power,
+    edit_distance,
     speech_config,
     touch_tone_clips,
     touch_tone_tokenizer,
@@ -84,6 +91,17 @@ from .training import (
     seq2seq_loss,
 )
 from .vit import DigitsCNN, VisionTransformer, digits_data, image_accuracy, random_shifts, shift_images, vit_config
+from .wav2vec2 import (
+    Wav2Vec2ForCTC,
+    Wav2Vec2ForPreTraining,
+    contrastive_logits,
+    contrastive_loss,
+    conv_frames,
+    normalize_samples,
+    sample_negatives,
+    span_mask,
+    wav2vec2_config,
+)
 
 __all__ = [
     "bracket_classifier_data",
@@ -124,6 +142,26 @@ __all__ = [
     "SPEECH_STEPS",
     "speech_runs_path",
     "load_speech_runs",
+    "W2V_RATE",
+    "W2V_KERNELS",
+    "W2V_STRIDES",
+    "W2V_STEPS",
+    "CTC_STEPS",
+    "CTC_BUDGETS",
+    "telephone_clips",
+    "telephone_test",
+    "telephone_frame_labels",
+    "telephone_wav2vec2",
+    "telephone_ctc",
+    "telephone_batches",
+    "w2v_scores",
+    "ctc_targets",
+    "ctc_transcribe",
+    "ctc_scores",
+    "finetune_ctc",
+    "ctc_stream",
+    "ctc_runs_path",
+    "load_ctc_runs",
     "assistant_base",
     "assistant_scores",
     "sampled_pass_at_1",
@@ -1172,6 +1210,292 @@ def load_assistant_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+# Chapter 18 ("Learning without labels") pre-trains a small wav2vec 2.0 on touch-tone clips at 8 kHz, the
+# telephone network's rate, with no labels, then teaches it the keys with CTC from a few labelled clips.
+W2V_RATE = 8000  # samples per second: a telephone line's
+W2V_KERNELS = (10, 3, 3, 3, 3, 2)  # the paper's stack without its last layer: 20 ms frames at 8 kHz
+W2V_STRIDES = (5, 2, 2, 2, 2, 2)  # a hop of 160 samples (20 ms), a receptive field of 240 (30 ms)
+W2V_STEPS = 2000  # pre-training: 2,000 AdamW steps of 32 fresh unlabelled clips (lr 5e-4, 100 warm-up steps)
+W2V_DISTRACTORS = 20  # distractors per hidden frame, from the clip's other hidden frames (the paper: 100 of ~250)
+W2V_TAU = (2.0, 0.5, 0.998)  # the Gumbel temperature: from 2, times 0.998 a step, down to 0.5 (the paper's range)
+W2V_CODEBOOKS = (2, 32)  # the quantizer: 2 codebooks of 32 entries, 1,024 codes (the paper: 2 of 320)
+CTC_STEPS = 600  # CTC fine-tuning: 600 AdamW steps of 16 labelled clips drawn from the budget (lr 1e-3)
+CTC_BUDGETS = (8, 32, 128, 512)  # labelled clips: from 8 (8 seconds of audio) to the whole pool
+_CTC_POOL = (512, 777)  # the labelled pool: 512 clips from a seed no other stream uses
+_W2V_HELD_OUT = (64, 4242)  # the clips pre-training is measured on: masks and distractors fixed by the seed
+
+
+def telephone_clips(n: int, seed: int | torch.Generator, **clips) -> tuple[torch.Tensor, list[str]]:
+    """n touch-tone clips at W2V_RATE, each normalised (wav2vec2.normalize_samples): ((n, 8000), the keys).
+
+    They are chapter 16's clips of the same seed, every other sample kept: the tones (all under 1.5 kHz) are the
+    same sines, sampled half as often, and every other sample of white noise is white noise of the same power, so
+    the signal-to-noise ratio is unchanged. A generator draws what chapter 16's stream of that seed draws.
+    `clips` go to touch_tone_clips (snr_db=None: the same clips without their noise).
+    """
+    waves, texts = touch_tone_clips(n, seed=seed, sampling_rate=SAMPLING_RATE, **clips)  # (n, 16000)
+    return normalize_samples(waves[:, :: SAMPLING_RATE // W2V_RATE].contiguous()), texts  # (n, 8000)
+
+
+def telephone_test() -> tuple[torch.Tensor, list[str]]:
+    """Chapter 16's 300 held-out clips (touch_tone_test's), every other sample, normalised: ((300, 8000), keys)."""
+    n, seed = _SPEECH_TEST
+    return telephone_clips(n, seed)
+
+
+def telephone_frame_labels(n: int, seed: int) -> torch.Tensor:
+    """What each 20 ms frame of `telephone_clips(n, seed)` holds, from the same clips drawn without noise:
+    (n, 49) long, 0 where the frame's 240 samples are all silence, key i + 1 (of TOUCH_TONE_KEYS) where they all
+    sound one key (the strongest row and column tone, by `dft_power`), -1 where the frame straddles an edge."""
+    clean, _ = touch_tone_clips(n, seed=seed, snr_db=None)  # (n, 16000): the clips minus their noise
+    clean = clean[:, :: SAMPLING_RATE // W2V_RATE]  # (n, 8000): at 8 kHz, as telephone_clips keeps them
+    field, hop = 240, 160  # our stack's receptive field and hop (wav2vec2.conv_geometry(W2V_KERNELS, W2V_STRIDES))
+    windows = clean.unfold(1, field, hop)  # (n, 49, 240): the samples each frame sees
+    sounding = (windows != 0).double().mean(-1)  # (n, 49): the share of the field inside a tone
+    power = dft_power(windows.double(), (*ROW_TONES, *COLUMN_TONES), W2V_RATE)  # (n, 49, 7)
+    key = power[..., :4].argmax(-1) * 3 + power[..., 4:].argmax(-1)  # (n, 49): row * 3 + column
+    labels = torch.full(sounding.shape, -1, dtype=torch.long)
+    labels[sounding == 0] = 0
+    labels[sounding == 1] = key[sounding == 1] + 1
+    return labels
+
+
+def _telephone_shape(seed: int) -> dict:
+    torch.manual_seed(seed)
+    cfg = wav2vec2_config(
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=128,
+        dropout=0.0,
+        vocab_size=len(TOUCH_TONE_KEYS) + 1,
+        norm_first=True,
+        final_norm=True,  # the "stable layer norm" variant: post-LN did not leave the blank here
+    )
+    return dict(
+        config=cfg,
+        conv_dims=(32,) * len(W2V_KERNELS),
+        kernels=W2V_KERNELS,
+        strides=W2V_STRIDES,
+        pos_kernel=16,
+        pos_groups=4,
+    )
+
+
+def telephone_wav2vec2(seed: int = 0) -> Wav2Vec2ForPreTraining:
+    """Chapter 18's wav2vec 2.0 for pre-training: six convolutions of 32 channels, a pre-LN encoder of 2 layers of
+    width 64 (4 heads, feed-forward 128), positions from a 16-frame convolution in 4 groups, and a quantizer of
+    2 codebooks of 32 entries; contrastive and code vectors projected to 64."""
+    with torch.random.fork_rng():
+        groups, entries = W2V_CODEBOOKS
+        return Wav2Vec2ForPreTraining(
+            groups=groups, entries=entries, code_dim=64, proj_dim=64, **_telephone_shape(seed)
+        )
+
+
+def telephone_ctc(seed: int = 0, pretrained: Wav2Vec2ForPreTraining | None = None) -> Wav2Vec2ForCTC:
+    """The same network with a CTC head over the blank (id 0) and the twelve keys (ids 1 to 12): fresh weights from
+    `seed`, or the pre-trained model's network (copied) under a fresh head."""
+    with torch.random.fork_rng():
+        model = Wav2Vec2ForCTC(**_telephone_shape(seed))
+    if pretrained is not None:
+        model.wav2vec2.load_state_dict(pretrained.wav2vec2.state_dict())
+    return model
+
+
+def telephone_batches(batch_size: int, seed: int, **clips) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Endless pre-training batches: (clips (B, 8000), hidden frames (B, T), distractors (B, T, K), the Gumbel
+    temperature as a 0-d tensor), one generator seeded with `seed` drawing each in turn; `clips` go to
+    touch_tone_clips (keys, tone_ms, gap_ms, snr_db)."""
+    generator = torch.Generator().manual_seed(seed)
+    frames = conv_frames(W2V_RATE, W2V_KERNELS, W2V_STRIDES)
+    start, low, factor = W2V_TAU
+    step = 0
+    while True:
+        waves, _ = telephone_clips(batch_size, generator, **clips)
+        mask = span_mask(batch_size, frames, min_spans=2, generator=generator)  # (B, T): the paper's 0.065 and 10
+        negatives = sample_negatives(mask, W2V_DISTRACTORS, generator=generator)  # (B, T, K)
+        yield waves, mask, negatives, torch.tensor(max(low, start * factor**step))
+        step += 1
+
+
+def _w2v_loss(model: Wav2Vec2ForPreTraining, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The pre-training loss per hidden frame: (contrastive + 0.1 x diversity x hidden frames) / hidden frames."""
+    waves, mask, negatives, tau = batch
+    model.quantizer.tau = float(tau)
+    loss, _, _ = model.loss(waves, mask, negatives)
+    return loss / mask.sum()
+
+
+@torch.no_grad()
+def w2v_scores(model: Wav2Vec2ForPreTraining) -> dict[str, float]:
+    """On 64 held-out clips with fixed masks and distractors, in eval mode: the contrastive loss per hidden frame,
+    the share of hidden frames whose own code scores highest ("pick accuracy", chance about 1 / 21) and the
+    codebooks' perplexity (2 when one entry of each is used, 64 when all alike)."""
+    was = model.training
+    model.eval()
+    n, seed = _W2V_HELD_OUT
+    generator = torch.Generator().manual_seed(seed)
+    waves, _ = telephone_clips(n, generator)
+    frames = conv_frames(W2V_RATE, W2V_KERNELS, W2V_STRIDES)
+    mask = span_mask(n, frames, min_spans=2, generator=generator)
+    negatives = sample_negatives(mask, W2V_DISTRACTORS, generator=generator)
+    device = next(model.parameters()).device
+    waves, mask, negatives = waves.to(device), mask.to(device), negatives.to(device)
+    context, targets, perplexity = model(waves, mask)
+    logits = contrastive_logits(context, targets, negatives, model.temperature)  # (B, T, 1 + K)
+    model.train(was)
+    return {
+        "contrastive loss": contrastive_loss(logits, mask, reduction="mean").item(),
+        "pick accuracy": (logits.argmax(-1)[mask] == 0).double().mean().item(),
+        "perplexity": perplexity.item(),
+    }
+
+
+def _telephone_wav2vec2(steps: int | None = None, progress: bool = False, seed: int = 0) -> tuple:
+    """The shipped pre-trained model: W2V_STEPS steps, about 5 minutes on one laptop CPU thread."""
+    model = telephone_wav2vec2(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)  # the Gumbel noise
+        history = fit(
+            model,
+            _w2v_loss,
+            telephone_batches(32, seed),
+            steps or W2V_STEPS,
+            lr=5e-4,
+            warmup=100,
+            eval_fn=w2v_scores,
+            eval_every=250,
+            progress=progress,
+            desc="wav2vec 2.0, no labels",
+        )
+    groups, entries = W2V_CODEBOOKS
+    init = dict(
+        groups=groups,
+        entries=entries,
+        code_dim=64,
+        proj_dim=64,
+        conv_dims=(32,) * len(W2V_KERNELS),
+        kernels=W2V_KERNELS,
+        strides=W2V_STRIDES,
+        pos_kernel=16,
+        pos_groups=4,
+    )
+    return model, history, init
+
+
+def ctc_targets(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys -> CTC's targets: (ids (B, S) padded with the blank's 0, key i of TOUCH_TONE_KEYS as i + 1; lengths)."""
+    ids = [[TOUCH_TONE_KEYS.index(key) + 1 for key in text] for text in texts]
+    return pad_sequences(ids, 0), torch.tensor([len(i) for i in ids])
+
+
+@torch.no_grad()
+def ctc_transcribe(model: Wav2Vec2ForCTC, waves: torch.Tensor, batch_size: int = 150) -> list[str]:
+    """Normalised clips (B, 8000) -> the keys heard, greedy CTC decoding (best path, collapsed)."""
+    model.eval()
+    device = next(model.parameters()).device
+    heard = []
+    for i in range(0, waves.shape[0], batch_size):
+        log_probs = model(waves[i : i + batch_size].to(device)).log_softmax(-1).transpose(0, 1).cpu()  # (T, B, C)
+        heard += ["".join(TOUCH_TONE_KEYS[s - 1] for s in path) for path in greedy_ctc_decode(log_probs)]
+    return heard
+
+
+def ctc_scores(model: Wav2Vec2ForCTC, waves: torch.Tensor, texts: list[str]) -> dict:
+    """{"character error rate", "exact share", "edits"} of the greedy transcripts; "edits" is each clip's edit
+    distance (a list), so that two models pair clip by clip."""
+    heard = ctc_transcribe(model, waves)
+    edits = [edit_distance(h, t) for h, t in zip(heard, texts)]
+    return {
+        "character error rate": character_error_rate(heard, texts),
+        "exact share": sum(h == t for h, t in zip(heard, texts)) / len(texts),
+        "edits": edits,
+    }
+
+
+def _train_ctc(model: Wav2Vec2ForCTC, batches: Iterator[tuple], steps: int, seed: int, desc: str, progress: bool):
+    """CTC on batches of (normalised clips (B, 8000), targets (B, S), lengths (B,)): AdamW at 1e-3, 50 warm-up
+    steps; returns (model, ctc_scores on telephone_test() plus "seconds" and "first_losses")."""
+    frames = conv_frames(W2V_RATE, W2V_KERNELS, W2V_STRIDES)
+
+    def loss_fn(m: Wav2Vec2ForCTC, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y, n = batch
+        log_probs = m(x).log_softmax(-1).transpose(0, 1)  # (T, B, C)
+        return F.ctc_loss(log_probs, y, torch.full((x.shape[0],), frames), n)
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        history = fit(model, loss_fn, batches, steps, lr=1e-3, warmup=50, progress=progress, desc=desc)
+    scores = ctc_scores(model, *telephone_test())
+    return model, scores | {"seconds": history.seconds, "first_losses": history.losses[:20]}
+
+
+def finetune_ctc(
+    budget: int,
+    seed: int,
+    pretrained: Wav2Vec2ForPreTraining | None = None,
+    *,
+    steps: int = CTC_STEPS,
+    progress: bool = False,
+) -> tuple[Wav2Vec2ForCTC, dict]:
+    """CTC fine-tuning on `budget` labelled clips of the pool (the seed picks which, the head's weights and the
+    batches), from the pre-trained network or, with pretrained=None, from scratch; every weight trains. Returns
+    (model, ctc_scores on telephone_test() plus "seconds" and "first_losses")."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= _CTC_POOL[0]:
+        raise ValueError(f"budget must be an int from 1 to the pool's {_CTC_POOL[0]} clips, got {budget!r}")
+    pool, texts = telephone_clips(*_CTC_POOL)
+    rows = torch.randperm(_CTC_POOL[0], generator=torch.Generator().manual_seed(seed))[:budget]
+    waves = pool[rows]  # (budget, 8000)
+    targets, lengths = ctc_targets([texts[i] for i in rows])  # (budget, S), (budget,)
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        generator = torch.Generator().manual_seed(seed)
+        while True:
+            pick = torch.randint(budget, (16,), generator=generator)  # (16,): with replacement, any budget
+            yield waves[pick], targets[pick], lengths[pick]
+
+    start = "pre-trained" if pretrained is not None else "from scratch"
+    return _train_ctc(telephone_ctc(seed, pretrained), batches(), steps, seed,
+                      f"CTC, {budget} labelled clips, {start}", progress)  # fmt: skip
+
+
+def ctc_stream(
+    seed: int, pretrained: Wav2Vec2ForPreTraining | None = None, *, steps: int = SPEECH_STEPS, progress: bool = False
+) -> tuple[Wav2Vec2ForCTC, dict]:
+    """CTC on chapter 16's training stream: `steps` batches of 32 fresh labelled clips, the very clips
+    train_touch_tones(seed=seed) draws (touch_tone_batches), every other sample, so that the CTC model and
+    chapter 16's encoder-decoder of the same seed hear the same clips. Returns (model, ctc_scores plus "seconds")."""
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        generator = torch.Generator().manual_seed(seed)
+        while True:
+            waves, texts = telephone_clips(32, generator)
+            yield (waves, *ctc_targets(texts))
+
+    start = "pre-trained" if pretrained is not None else "from scratch"
+    return _train_ctc(telephone_ctc(seed, pretrained), batches(), steps, seed,
+                      f"CTC, fresh labelled clips, {start}", progress)  # fmt: skip
+
+
+def ctc_runs_path() -> Path:
+    """Where chapter 18's fine-tuning runs ship: transformer_lib/checkpoints/ctc_runs.json (tools/ctc_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "ctc_runs.json"
+
+
+def load_ctc_runs(path: Path | None = None) -> dict:
+    """Chapter 18's CTC runs: {"runs": {"pre-trained <budget>" | "scratch <budget>": [one record per seed]}, ...};
+    each record holds "seed", "character_error_rate", "exact_share", "edits" (per held-out clip) and "seconds"."""
+    import json
+
+    path = path or ctc_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no CTC runs at {path}; run `python tools/ctc_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -1190,6 +1514,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
     "assistant_sft": _assistant_sft,
     "assistant_grpo": lambda steps=None, progress=False: _assistant_grpo(steps, progress)[:2] + ({},),
+    "telephone_wav2vec2": _telephone_wav2vec2,
 }
 
 

@@ -11,6 +11,7 @@ Gumbel-softmax so that the choice can learn; a diversity loss keeps every entry 
 This module holds those parts, each a function or a small module over plain tensors:
 
 - `conv_geometry` and `conv_frames`: the feature encoder's receptive field, hop and output length;
+- `normalize_samples`: each clip at zero mean and unit variance, as the models were trained;
 - `span_mask`: the frames to hide; `sample_negatives`: the distractors;
 - `GumbelQuantizer`: the product quantizer, with its perplexity; `diversity_loss`;
 - `contrastive_logits` and `contrastive_loss`: the objective;
@@ -42,6 +43,7 @@ __all__ = [
     "BASE_STRIDES",
     "conv_geometry",
     "conv_frames",
+    "normalize_samples",
     "span_mask",
     "sample_negatives",
     "GumbelQuantizer",
@@ -247,6 +249,19 @@ def contrastive_loss(logits: torch.Tensor, mask: torch.Tensor, reduction: str = 
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     labels = torch.where(mask, 0, IGNORE)  # (B, T)
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
+
+
+def normalize_samples(samples: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """Each clip scaled to zero mean and unit variance: (B, L) -> (B, L), (x - mean) / sqrt(var + eps).
+
+    What Hugging Face's Wav2Vec2FeatureExtractor does (do_normalize=True) for the models trained on clips so
+    scaled, the variance without Bessel's correction: a quiet clip and a loud one reach the first convolution alike.
+    """
+    if samples.dim() != 2 or not samples.is_floating_point():
+        raise ValueError(f"samples must be floats of shape (B, L), got {samples.dtype} {tuple(samples.shape)}")
+    mean = samples.mean(dim=1, keepdim=True)  # (B, 1)
+    var = samples.var(dim=1, unbiased=False, keepdim=True)  # (B, 1)
+    return (samples - mean) / torch.sqrt(var + eps)
 
 
 # ---- the network ---------------------------------------------------------------------------------
