@@ -43,6 +43,10 @@ __all__ = [
     "sentence_permutation",
     "token_deletion",
     "denoising_pairs",
+    "strip_marks",
+    "gap_source",
+    "read_fill",
+    "written",
     "bart_config",
     "BartPositions",
     "BartForConditionalGeneration",
@@ -204,6 +208,61 @@ def denoising_pairs(
         targets.append(torch.cat([line.new_tensor([bos_id]), line, line.new_tensor([eos_id])]))
     pad = torch.nn.utils.rnn.pad_sequence
     return pad(sources, batch_first=True, padding_value=pad_id), pad(targets, batch_first=True, padding_value=pad_id)
+
+
+# ---- what the chapter asks of a trained BART ------------------------------------------------------
+
+
+def strip_marks(line: torch.Tensor, marks: tuple[int, ...] | list[int]) -> torch.Tensor:
+    """line (S,) -> (S',): the line without the ids in `marks` (its punctuation), the rest in order."""
+    _check_line(line)
+    return line[~torch.isin(line, line.new_tensor(list(marks)))]
+
+
+def gap_source(line: torch.Tensor, start: int, length: int, *, mask_id: int, eos_id: int) -> torch.Tensor:
+    """line (S,) -> (S - length + 2,): tokens start .. start + length - 1 replaced by ONE mask, then eos_id.
+
+    The source of a gap of unknown length: nothing in it says how many tokens the mask hides.
+    """
+    _check_line(line)
+    for name, value in (("mask_id", mask_id), ("eos_id", eos_id), ("start", start), ("length", length)):
+        _check_id(value, name)
+    if start + length > len(line):
+        raise ValueError(f"a gap of {length} from {start} does not fit a line of {len(line)} tokens")
+    return torch.cat([line[:start], line.new_tensor([mask_id]), line[start + length :], line.new_tensor([eos_id])])
+
+
+def read_fill(written_ids: list[int], line: list[int], start: int, length: int, anchor: int = 2) -> list[int] | None:
+    """What a model wrote where the gap was: the tokens between the line's beginning, written back unchanged, and the
+    first `anchor` tokens that followed the gap (fewer at the line's end; none: the rest of what it wrote).
+
+    written_ids: the model's whole line (no bos or eos); line: the original. The fill may be shorter or longer than
+    `length`; what the model wrote after those anchor tokens does not count. None when it changed the beginning, or
+    when the anchor tokens never come.
+    """
+    if written_ids[:start] != line[:start]:
+        return None
+    after = line[start + length : start + length + anchor]
+    if not after:
+        return written_ids[start:]
+    for end in range(start, len(written_ids) - len(after) + 1):
+        if written_ids[end : end + len(after)] == after:
+            return written_ids[start:end]
+    return None
+
+
+@torch.inference_mode()
+def written(model: nn.Module, src: torch.Tensor, *, bos_id: int, eos_id: int, max_new_tokens: int) -> list[list[int]]:
+    """What the model writes for each source row, greedily through the KV cache: src (B, S) -> B lists of ids,
+    without bos, eos or what follows eos (a row that never wrote eos is cut at max_new_tokens)."""
+    was_training = model.training
+    model.eval()
+    rows = model.greedy_decode(src, bos_id=bos_id, eos_id=eos_id, max_new_tokens=max_new_tokens)  # (B, 1 + n)
+    model.train(was_training)
+    out = []
+    for ids in rows[:, 1:].tolist():
+        out.append(ids[: ids.index(eos_id)] if eos_id in ids else ids)
+    return out
 
 
 # ---- the model -----------------------------------------------------------------------------------

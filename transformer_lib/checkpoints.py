@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .bart import BartForConditionalGeneration
 from .bert import BertClassifier, BertForMaskedLM
 from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
@@ -37,6 +38,7 @@ _MODELS = {
         SpeechTranscriber,
         Wav2Vec2ForPreTraining,
         Wav2Vec2ForCTC,
+        BartForConditionalGeneration,
     )
 }
 

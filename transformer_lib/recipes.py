@@ -30,6 +30,15 @@ from .alignment import (
     train_reward_model,
     without_dropout,
 )
+from .bart import (
+    BartForConditionalGeneration,
+    bart_config,
+    denoising_pairs,
+    gap_source,
+    read_fill,
+    strip_marks,
+    written,
+)
 from .bert import IGNORE, BertForMaskedLM, bert_config, mask_tokens, mlm_loss
 from .chat import (
     MAX_ANSWER,
@@ -50,7 +59,7 @@ from .ctc import greedy_ctc_decode
 from .lora import add_lora, merge_lora, trainable_parameters
 from .models import DecoderOnlyLM, EncoderClassifier, Transformer
 from .moe import expert_use, moe_lm_loss
-from .pretraining import MASK, PlayWords, hide_words, mlm_windows
+from .pretraining import CLS, MASK, PAD, SEP, PlayWords, hide_words, mlm_windows
 from .speech import (
     COLUMN_TONES,
     ROW_TONES,
@@ -162,6 +171,27 @@ __all__ = [
     "ctc_stream",
     "ctc_runs_path",
     "load_ctc_runs",
+    "BART_LINE",
+    "BART_STEPS",
+    "BART_BUDGETS",
+    "BART_TUNE_STEPS",
+    "BART_GAPS",
+    "BART_GAP_AT",
+    "BART_HELD_OUT",
+    "plays_lines",
+    "plays_bart",
+    "bart_batches",
+    "bart_scores",
+    "bart_written",
+    "punctuation_marks",
+    "punctuation_pairs",
+    "punctuation_scores",
+    "finetune_punctuation",
+    "gap_cases",
+    "bart_gap_fills",
+    "bert_gap_fills",
+    "bart_runs_path",
+    "load_bart_runs",
     "assistant_base",
     "assistant_scores",
     "sampled_pass_at_1",
@@ -1496,6 +1526,237 @@ def load_ctc_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+# Chapter 18's BART: pre-trained on the ten training plays (chapter 15's words) to write back lines broken by text
+# infilling, then measured on Twelfth Night: a gap of unknown length against chapter 15's BERT, and putting the
+# punctuation back into lines stripped of it, over label budgets, against the same model from scratch.
+BART_LINE = 24  # tokens per line: words and marks, cut from the play's stream at any token
+BART_STEPS = 15_000  # pre-training: 15,000 AdamW steps of 64 fresh lines (lr 1e-3, 500 warm-up steps)
+BART_BUDGETS = (32, 128, 512, 2048)  # lines with their punctuation, from the pool of the training plays
+BART_TUNE_STEPS = 300  # punctuation fine-tuning: 300 AdamW steps of 32 lines drawn from the budget (lr 5e-4)
+BART_GAPS = (1, 2, 3)  # the gap's length in tokens; it starts at token BART_GAP_AT of a held-out line
+BART_GAP_AT = 10
+BART_HELD_OUT = 300  # Twelfth Night's first 300 lines: the gaps and the punctuation are measured on them
+_BART_NOISE_SEED = 99  # the held-out lines' infilling, the same for every model measured
+
+
+def plays_lines(split: str = "train") -> torch.Tensor:
+    """The split's plays as one stream of chapter 15's word ids, cut into lines of BART_LINE: (N, BART_LINE)."""
+    ids = torch.tensor(plays_words().encode(corpus.shakespeare(split)))  # (T,)
+    n = ids.numel() // BART_LINE
+    return ids[: n * BART_LINE].view(n, BART_LINE)  # (N, BART_LINE)
+
+
+def plays_bart(vocab_size: int, seed: int = 0) -> BartForConditionalGeneration:
+    """The chapter's BART: 2 + 2 post-LN layers of width 128 (4 heads, feed-forward 512), no dropout, chapter 15's
+    specials ([PAD] 0 pads, [CLS] 1 begins what the decoder writes, [SEP] 2 ends it, [MASK] 3 hides a span)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        cfg = bart_config(
+            vocab_size=vocab_size,
+            d_model=128,
+            num_heads=4,
+            num_layers=2,
+            num_decoder_layers=2,
+            d_ff=512,
+            max_len=2 * BART_LINE,
+            dropout=0.0,
+            pad_id=PAD,
+        )
+        return BartForConditionalGeneration(cfg)
+
+
+def _denoise(lines: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lines (B, BART_LINE) -> (src (B, S), tgt (B, BART_LINE + 2)): text infilling, 30% in Poisson(3) spans."""
+    return denoising_pairs(list(lines), mask_id=MASK, bos_id=CLS, eos_id=SEP, pad_id=PAD, generator=generator)
+
+
+def bart_batches(batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless pre-training batches of the training plays: lines of BART_LINE tokens from anywhere in the stream,
+    each broken afresh when drawn; one generator seeded with `seed` draws both."""
+    stream = plays_lines("train").flatten()  # (T,)
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(stream.numel() - BART_LINE, (batch_size,), generator=generator)  # (B,)
+        lines = stream[starts[:, None] + torch.arange(BART_LINE)]  # (B, BART_LINE)
+        yield _denoise(lines, generator)
+
+
+@torch.no_grad()
+def bart_scores(model: BartForConditionalGeneration) -> dict[str, float]:
+    """The denoising loss (nats per token written) on the first BART_HELD_OUT lines of Twelfth Night, broken by a
+    fixed seed, and the share of those lines written back exactly (greedy)."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    lines = plays_lines("validation")[:BART_HELD_OUT]  # (300, BART_LINE)
+    src, tgt = _denoise(lines, torch.Generator().manual_seed(_BART_NOISE_SEED))
+    src, tgt = src.to(device), tgt.to(device)
+    loss = seq2seq_loss(model, (src, tgt), smoothing=0.0).item()
+    wrote = bart_written(model, src, BART_LINE + 4)
+    model.train(was)
+    return {"denoising loss": loss, "exact lines": sum(w == t for w, t in zip(wrote, lines.tolist())) / len(wrote)}
+
+
+def bart_written(model: BartForConditionalGeneration, src: torch.Tensor, max_new_tokens: int) -> list[list[int]]:
+    """bart.written with the chapter's markers, in batches of 256 sources: src (B, S) -> B lists of ids."""
+    out = []
+    for start in range(0, src.shape[0], 256):
+        out += written(model, src[start : start + 256], bos_id=CLS, eos_id=SEP, max_new_tokens=max_new_tokens)
+    return out
+
+
+def _plays_bart(
+    steps: int | None = None, progress: bool = False, seed: int = 0, device: str | None = None
+) -> tuple[nn.Module, History, dict]:
+    """BART pre-trained on the training plays by text infilling: BART_STEPS AdamW steps of 64 lines, broken afresh
+    when drawn, the held-out denoising loss measured every 1,000 steps."""
+    model = plays_bart(plays_words().vocab_size, seed=seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)  # dropout's masks
+        history = fit(
+            model,
+            lambda m, batch: seq2seq_loss(m, batch, smoothing=0.0),
+            bart_batches(64, seed),
+            steps=steps or BART_STEPS,
+            lr=1e-3,
+            warmup=500,
+            eval_fn=bart_scores,
+            eval_every=1000,
+            device=device,
+            progress=progress,
+            desc="BART on the plays (text infilling)",
+        )
+    return model, history, {}
+
+
+def punctuation_marks() -> tuple[int, ...]:
+    """The ids of chapter 15's vocabulary that hold no letter: the marks the punctuation task takes away."""
+    return tuple(
+        i
+        for i, w in enumerate(plays_words().itos)
+        if i >= len(PlayWords.special_ids) and not any(c.isalnum() for c in w)
+    )
+
+
+def punctuation_pairs(lines: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lines (B, BART_LINE) -> (src: each line without its marks, then [SEP]; tgt: [CLS], the line, [SEP])."""
+    marks, pad = punctuation_marks(), torch.nn.utils.rnn.pad_sequence
+    sources = [torch.cat([strip_marks(line, marks), line.new_tensor([SEP])]) for line in lines]
+    targets = [torch.cat([line.new_tensor([CLS]), line, line.new_tensor([SEP])]) for line in lines]
+    return pad(sources, batch_first=True, padding_value=PAD), pad(targets, batch_first=True, padding_value=PAD)
+
+
+def punctuation_scores(model: BartForConditionalGeneration, lines: torch.Tensor | None = None) -> dict:
+    """Punctuation put back into lines stripped of it (default: the BART_HELD_OUT held-out lines), greedily: the
+    token error rate (edits to the true line over its tokens), the share of lines exactly right, each line's edits
+    ("edits", for paired comparisons) and the first five lines written ("written"). Writing the stripped line back
+    unchanged scores the marks' share."""
+    lines = plays_lines("validation")[:BART_HELD_OUT] if lines is None else lines
+    src, _ = punctuation_pairs(lines)
+    wrote = bart_written(model, src.to(next(model.parameters()).device), BART_LINE + 8)
+    edits = [edit_distance(w, t) for w, t in zip(wrote, lines.tolist())]
+    return {
+        "token error rate": sum(edits) / lines.numel(),
+        "exact lines": sum(e == 0 for e in edits) / len(edits),
+        "edits": edits,
+        "written": wrote[:5],
+    }
+
+
+def finetune_punctuation(
+    budget: int,
+    seed: int,
+    pretrained: BartForConditionalGeneration | None = None,
+    *,
+    steps: int = BART_TUNE_STEPS,
+    progress: bool = False,
+) -> tuple[BartForConditionalGeneration, dict]:
+    """Teach BART to put the punctuation back from `budget` lines of the training plays (the seed picks which, and
+    the batches and dropout), from the pre-trained model or, with pretrained=None, from scratch; every weight
+    trains, at the same rate either way. Returns (model, punctuation_scores plus "seconds" and "first_losses")."""
+    pool = plays_lines("train")  # (N, BART_LINE)
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= pool.shape[0]:
+        raise ValueError(f"budget must be an int from 1 to the pool's {pool.shape[0]} lines, got {budget!r}")
+    generator = torch.Generator().manual_seed(seed)
+    chosen = pool[torch.randperm(pool.shape[0], generator=generator)[:budget]]  # (budget, BART_LINE)
+    model = copy.deepcopy(pretrained) if pretrained is not None else plays_bart(plays_words().vocab_size, seed=seed)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield punctuation_pairs(chosen[torch.randint(budget, (32,), generator=generator)])  # with replacement
+
+    start = "pre-trained" if pretrained is not None else "from scratch"
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        history = fit(
+            model,
+            lambda m, batch: seq2seq_loss(m, batch, smoothing=0.0),
+            batches(),
+            steps=steps,
+            lr=5e-4,
+            warmup=30,
+            progress=progress,
+            desc=f"punctuation, {budget} lines, {start}",
+        )
+    return model, punctuation_scores(model) | {"seconds": history.seconds, "first_losses": history.losses[:20]}
+
+
+def gap_cases(lines: torch.Tensor | None = None) -> list[tuple[list[int], int]]:
+    """The chapter's gaps: each held-out line with each length of BART_GAPS, from token BART_GAP_AT:
+    [(line, length), ...], the lines in order and the lengths in turn for each."""
+    lines = plays_lines("validation")[:BART_HELD_OUT] if lines is None else lines
+    return [(line, length) for line in lines.tolist() for length in BART_GAPS]
+
+
+def bart_gap_fills(model: BartForConditionalGeneration, cases: list[tuple[list[int], int]]) -> list[list[int] | None]:
+    """What BART writes into each case's gap, told nothing but where the gap is (one [MASK]): bart.read_fill of its
+    greedy line: the tokens between the line's beginning and the two tokens after the gap; None where it changed the
+    beginning or never wrote those two."""
+    sources = [gap_source(torch.tensor(line), BART_GAP_AT, n, mask_id=MASK, eos_id=SEP) for line, n in cases]
+    src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=PAD)  # (N, S)
+    wrote = bart_written(model, src.to(next(model.parameters()).device), BART_LINE + 6)
+    return [read_fill(w, line, BART_GAP_AT, n) for w, (line, n) in zip(wrote, cases)]
+
+
+@torch.no_grad()
+def bert_gap_fills(
+    bert: BertForMaskedLM, cases: list[tuple[list[int], int]], masks: int | None = None
+) -> list[list[int]]:
+    """What chapter 15's BERT writes into each gap, one word per [MASK], each its top guess (all at once): told the
+    gap's length (masks=None: as many masks as missing tokens), or always `masks` of them."""
+    if masks is not None and (isinstance(masks, bool) or not isinstance(masks, int) or masks < 1):
+        raise ValueError(f"masks must be None (told the gap's length) or a positive int, got {masks!r}")
+    bert.eval()
+    device = next(bert.parameters()).device
+    rows, counts = [], []
+    for line, n in cases:
+        k = n if masks is None else masks
+        rows.append([CLS, *line[:BART_GAP_AT], *[MASK] * k, *line[BART_GAP_AT + n :], SEP])
+        counts.append(k)
+    tokens = torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True, padding_value=PAD)
+    guesses = bert(tokens.to(device)).argmax(-1).cpu()  # (N, S)
+    return [guesses[i, 1 + BART_GAP_AT : 1 + BART_GAP_AT + k].tolist() for i, k in enumerate(counts)]
+
+
+def bart_runs_path() -> Path:
+    """Where chapter 18's BART runs ship: transformer_lib/checkpoints/bart_runs.json (tools/bart_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "bart_runs.json"
+
+
+def load_bart_runs(path: Path | None = None) -> dict:
+    """Chapter 18's BART runs: {"punctuation": {"pre-trained <budget>" | "scratch <budget>": [one record per seed]},
+    "gaps": {...}, ...}; each punctuation record holds "seed", "token error rate", "exact lines", "edits" and
+    "seconds"."""
+    import json
+
+    path = path or bart_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no BART runs at {path}; run `python tools/bart_runs.py`")
+    return json.loads(path.read_text())
+
+
 # name -> recipe(steps=None, progress=False) -> (model, history, constructor arguments beyond the config)
 RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "bracket_classifier": _bracket_classifier,
@@ -1515,6 +1776,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "assistant_sft": _assistant_sft,
     "assistant_grpo": lambda steps=None, progress=False: _assistant_grpo(steps, progress)[:2] + ({},),
     "telephone_wav2vec2": _telephone_wav2vec2,
+    "plays_bart": _plays_bart,
 }
 
 
