@@ -1638,9 +1638,10 @@ def punctuation_marks() -> tuple[int, ...]:
     )
 
 
-def punctuation_pairs(lines: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lines (B, BART_LINE) -> (src: each line without its marks, then [SEP]; tgt: [CLS], the line, [SEP])."""
-    marks, pad = punctuation_marks(), torch.nn.utils.rnn.pad_sequence
+def punctuation_pairs(lines: torch.Tensor, marks: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lines (B, BART_LINE) -> (src: each line without its marks, then [SEP]; tgt: [CLS], the line, [SEP]).
+    marks: punctuation_marks(), computed once by a caller that makes many batches."""
+    marks, pad = punctuation_marks() if marks is None else marks, torch.nn.utils.rnn.pad_sequence
     sources = [torch.cat([strip_marks(line, marks), line.new_tensor([SEP])]) for line in lines]
     targets = [torch.cat([line.new_tensor([CLS]), line, line.new_tensor([SEP])]) for line in lines]
     return pad(sources, batch_first=True, padding_value=PAD), pad(targets, batch_first=True, padding_value=PAD)
@@ -1670,10 +1671,12 @@ def finetune_punctuation(
     *,
     steps: int = BART_TUNE_STEPS,
     progress: bool = False,
+    evaluate: bool = True,
 ) -> tuple[BartForConditionalGeneration, dict]:
     """Teach BART to put the punctuation back from `budget` lines of the training plays (the seed picks which, and
     the batches and dropout), from the pre-trained model or, with pretrained=None, from scratch; every weight
-    trains, at the same rate either way. Returns (model, punctuation_scores plus "seconds" and "first_losses")."""
+    trains, at the same rate either way. Returns (model, punctuation_scores plus "seconds" and "first_losses"); with
+    evaluate=False, only the last two (a re-run of the first steps needs no scores)."""
     pool = plays_lines("train")  # (N, BART_LINE)
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= pool.shape[0]:
         raise ValueError(f"budget must be an int from 1 to the pool's {pool.shape[0]} lines, got {budget!r}")
@@ -1681,9 +1684,13 @@ def finetune_punctuation(
     chosen = pool[torch.randperm(pool.shape[0], generator=generator)[:budget]]  # (budget, BART_LINE)
     model = copy.deepcopy(pretrained) if pretrained is not None else plays_bart(plays_words().vocab_size, seed=seed)
 
+    marks = punctuation_marks()
+
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
-            yield punctuation_pairs(chosen[torch.randint(budget, (32,), generator=generator)])  # with replacement
+            yield punctuation_pairs(
+                chosen[torch.randint(budget, (32,), generator=generator)], marks
+            )  # with replacement
 
     start = "pre-trained" if pretrained is not None else "from scratch"
     with torch.random.fork_rng():
@@ -1698,7 +1705,8 @@ def finetune_punctuation(
             progress=progress,
             desc=f"punctuation, {budget} lines, {start}",
         )
-    return model, punctuation_scores(model) | {"seconds": history.seconds, "first_losses": history.losses[:20]}
+    ran = {"seconds": history.seconds, "first_losses": history.losses[:20]}
+    return model, (punctuation_scores(model) | ran) if evaluate else ran
 
 
 def gap_cases(lines: torch.Tensor | None = None) -> list[tuple[list[int], int]]:
