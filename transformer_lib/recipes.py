@@ -1755,7 +1755,7 @@ def bart_runs_path() -> Path:
 
 def load_bart_runs(path: Path | None = None) -> dict:
     """Chapter 18's BART runs: {"punctuation": {"pre-trained <budget>" | "scratch <budget>": [one record per seed]},
-    "gaps": {...}, ...}; each punctuation record holds "seed", "token error rate", "exact lines", "edits" and
+    "gaps": {...}, ...}; each punctuation record holds "seed", "token_error_rate", "exact_lines", "edits" and
     "seconds"."""
     import json
 
