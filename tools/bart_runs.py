@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from seed_runs import machine  # tools/seed_runs.py, beside this file
+from seed_runs import machine, run_seeds  # tools/seed_runs.py, beside this file
 from transformer_lib import recipes
 from transformer_lib.checkpoints import load_checkpoint
 
@@ -76,17 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         print("gaps: done", flush=True)
     for budget in args.budgets:
         for start in STARTS:
-            name = f"{start} {budget}"
-            records = data["punctuation"].setdefault(name, [])
-            for seed in range(args.seeds):
-                if any(r["seed"] == seed for r in records) and not args.force:
-                    continue
-                _, scores = recipes.finetune_punctuation(budget, seed, pretrained if start == "pre-trained" else None)
-                record = _record(seed, scores)
-                records[:] = sorted([r for r in records if r["seed"] != seed] + [record], key=lambda r: r["seed"])
-                args.out.write_text(json.dumps(data, indent=1) + "\n")
-                print(f"{name}, seed {seed}: token error rate {record['token_error_rate']:.4f}, "
-                      f"{record['exact_lines']:.3f} exact, in {record['seconds']:.0f} s", flush=True)  # fmt: skip
+            name, start_from = f"{start} {budget}", pretrained if start == "pre-trained" else None
+            run_seeds(
+                data["punctuation"].setdefault(name, []),
+                args.seeds,
+                args.force,
+                lambda seed, b=budget, m=start_from: _record(seed, recipes.finetune_punctuation(b, seed, m)[1]),
+                lambda: args.out.write_text(json.dumps(data, indent=1) + "\n"),
+                lambda r, n=name: (
+                    f"{n}, seed {r['seed']}: token error rate {r['token_error_rate']:.4f}, "
+                    f"{r['exact_lines']:.3f} exact, in {r['seconds']:.0f} s"
+                ),
+            )
     return 0
 
 

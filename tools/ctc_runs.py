@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from seed_runs import machine  # tools/seed_runs.py, beside this file
+from seed_runs import machine, run_seeds  # tools/seed_runs.py, beside this file
 from transformer_lib import recipes
 from transformer_lib.checkpoints import load_checkpoint
 
@@ -63,28 +63,30 @@ def main(argv: list[str] | None = None) -> int:
     for budget in args.budgets:
         for start in STARTS:
             name = f"{start} {budget}"
-            records = data["runs"].setdefault(name, [])
-            for seed in range(args.seeds):
-                if any(r["seed"] == seed for r in records) and not args.force:
-                    continue
-                _, scores = recipes.finetune_ctc(budget, seed, pretrained if start == "pre-trained" else None)
-                record = _record(seed, scores)
-                records[:] = sorted([r for r in records if r["seed"] != seed] + [record], key=lambda r: r["seed"])
-                args.out.write_text(json.dumps(data, indent=1) + "\n")
-                print(f"{name}, seed {seed}: character error rate {record['character_error_rate']:.4f}, "
-                      f"{record['exact_share']:.3f} exact, in {record['seconds']:.0f} s", flush=True)  # fmt: skip
+            start_from = pretrained if start == "pre-trained" else None
+            run_seeds(
+                data["runs"].setdefault(name, []),
+                args.seeds,
+                args.force,
+                lambda seed, b=budget, m=start_from: _record(seed, recipes.finetune_ctc(b, seed, m)[1]),
+                lambda: args.out.write_text(json.dumps(data, indent=1) + "\n"),
+                lambda r, n=name: (
+                    f"{n}, seed {r['seed']}: character error rate {r['character_error_rate']:.4f}, "
+                    f"{r['exact_share']:.3f} exact, in {r['seconds']:.0f} s"
+                ),
+            )
     if args.stream:
         for start in STARTS:
             name = f"stream {start}"
-            records = data["runs"].setdefault(name, [])
-            for seed in range(args.seeds):
-                if any(r["seed"] == seed for r in records) and not args.force:
-                    continue
-                _, scores = recipes.ctc_stream(seed, pretrained if start == "pre-trained" else None)
-                records[:] = sorted([r for r in records if r["seed"] != seed] + [_record(seed, scores)],
-                                    key=lambda r: r["seed"])  # fmt: skip
-                args.out.write_text(json.dumps(data, indent=1) + "\n")
-                print(f"{name}, seed {seed}: character error rate {scores['character error rate']:.4f}", flush=True)
+            start_from = pretrained if start == "pre-trained" else None
+            run_seeds(
+                data["runs"].setdefault(name, []),
+                args.seeds,
+                args.force,
+                lambda seed, m=start_from: _record(seed, recipes.ctc_stream(seed, m)[1]),
+                lambda: args.out.write_text(json.dumps(data, indent=1) + "\n"),
+                lambda r, n=name: f"{n}, seed {r['seed']}: character error rate {r['character_error_rate']:.4f}",
+            )
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 

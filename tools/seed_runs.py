@@ -43,6 +43,18 @@ def machine() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads; torch {torch.__version__}"
 
 
+def run_seeds(records: list[dict], seeds: int, force: bool, run, save, say) -> None:
+    """Seeds 0 .. seeds - 1 into `records`, kept in seed order: run(seed) -> a record, then save() and print
+    say(record). A seed the records already hold is skipped unless force (the run files' tools share this)."""
+    for seed in range(seeds):
+        if any(r["seed"] == seed for r in records) and not force:
+            continue
+        record = run(seed)
+        records[:] = sorted([r for r in records if r["seed"] != seed] + [record], key=lambda r: r["seed"])
+        save()
+        print(say(record), flush=True)
+
+
 def _load(path: Path) -> dict:
     if path.is_file():
         return json.loads(path.read_text())

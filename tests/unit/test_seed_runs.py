@@ -98,3 +98,15 @@ def test_a_seed_runs_first_losses_are_reproduced_by_its_recipe(name):
     first = record["first_losses"]
     _, history, _ = recipes.SEED_RUNS[name](1, steps=len(first))
     assert history.losses == pytest.approx(first, abs=1e-2 if name == "moe" else 1e-3)
+
+
+def test_run_seeds_fills_what_is_missing_in_seed_order_and_saves_after_each(capsys):
+    seed_runs = _tool()
+    records = [{"seed": 1, "value": "old"}]
+    saved = []
+    seed_runs.run_seeds(records, 3, False, lambda s: {"seed": s, "value": "new"}, lambda: saved.append(len(records)),
+                        lambda r: f"seed {r['seed']} done")  # fmt: skip
+    assert records == [{"seed": 0, "value": "new"}, {"seed": 1, "value": "old"}, {"seed": 2, "value": "new"}]
+    assert saved == [2, 3] and capsys.readouterr().out.split("\n")[:2] == ["seed 0 done", "seed 2 done"]
+    seed_runs.run_seeds(records, 2, True, lambda s: {"seed": s, "value": "again"}, lambda: None, lambda r: "")
+    assert [r["value"] for r in records] == ["again", "again", "new"]  # force runs seeds 0 and 1 again, in place
