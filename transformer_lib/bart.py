@@ -14,6 +14,10 @@ Each function takes one line of ids, (S,), and returns the corrupted line, whose
 tested (the lengths are Poisson but for the last, cut to fit; a share of e^-3 of them empty; the masked
 share is the one asked).
 
+For a trained model: `gap_source` hides a gap of any length behind one mask, `written` is what the model writes
+back, `read_fill` reads what it wrote into the gap, and `strip_marks` takes a line's punctuation away (the chapter's
+two measurements: a gap of unknown length, and punctuation put back).
+
 The model, `BartForConditionalGeneration`, is the book's `Transformer`, post-LN as in 2017, with
 BART's differences, each a line here:
 
