@@ -103,6 +103,17 @@ def _runs(a, b, paired: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
+CHUNK = 2**17  # draws per block: resampling works through `resamples` rows a block at a time (same stream, less memory)
+
+
+def _blocks(resamples: int, per_row: int):
+    """Row counts that add up to `resamples`, each block about CHUNK draws: a CPU generator hands out the same numbers
+    whether they are drawn in one call or in several, so the blocks change the memory held, not the result."""
+    rows = max(1, CHUNK // max(per_row, 1))
+    for start in range(0, resamples, rows):
+        yield min(rows, resamples - start)
+
+
 def _two_sided(null: torch.Tensor, observed: float) -> float:
     """Twice the smaller one-sided p of `observed` among the statistics `null` (every rearrangement's, or a
     sample of them with the observed one counted in), capped at 1. A tolerance keeps ties of rounding as ties."""
@@ -129,10 +140,11 @@ def permutation_p(a, b, *, paired: bool, resamples: int = 10_000, seed: int = 0)
             signs = 1.0 - 2.0 * (bits & 1).double()  # (2^n, n) of +1 and -1
             exact = True
         else:
-            keep = torch.randint(0, 2, (resamples, n), generator=g, dtype=torch.bool)  # (resamples, n): True = +
-            flipped = torch.where(keep, d, -d)  # (resamples, n): the same numbers as signs * d, one pass fewer
-            null = torch.cat([d[None].mean(dim=1), flipped.mean(dim=1)])  # the observed arrangement counts
-            return _two_sided(null, d.mean().item()), False
+            means = [d[None].mean(dim=1)]  # the observed arrangement counts among them
+            for rows in _blocks(resamples, n):
+                keep = torch.randint(0, 2, (rows, n), generator=g, dtype=torch.bool)  # (rows, n): True = +
+                means.append(torch.where(keep, d, -d).mean(dim=1))  # (rows,): as (signs * d).mean, one pass fewer
+            return _two_sided(torch.cat(means), d.mean().item()), False
         null = (signs * d).mean(dim=1)  # (rearrangements,)
         return _two_sided(null, d.mean().item()), exact
     pooled, n_a = torch.cat([a, b]), len(a)  # (n_a + n_b,)
@@ -142,15 +154,22 @@ def permutation_p(a, b, *, paired: bool, resamples: int = 10_000, seed: int = 0)
         in_a = torch.zeros(len(groups), total, dtype=torch.bool).scatter_(1, groups, True)  # (splits, total)
         exact = True
     else:
-        order = torch.rand(resamples, total, generator=g).argsort(dim=1)  # (resamples, total): random splits
-        in_a = torch.zeros(resamples, total, dtype=torch.bool).scatter_(1, order[:, :n_a], True)
         observed = torch.zeros(1, total, dtype=torch.bool)
         observed[0, :n_a] = True
-        in_a = torch.cat([observed, in_a])  # the observed split counts among them
-        exact = False
-    mean_a = (in_a * pooled).sum(dim=1) / n_a  # (splits,)
-    mean_b = (~in_a * pooled).sum(dim=1) / (total - n_a)
-    return _two_sided(mean_a - mean_b, (a.mean() - b.mean()).item()), exact
+        null = [_split_differences(observed, pooled, n_a)]  # the observed split counts among them
+        for rows in _blocks(resamples, total):
+            order = torch.rand(rows, total, generator=g).argsort(dim=1)  # (rows, total): random splits
+            in_a = torch.zeros(rows, total, dtype=torch.bool).scatter_(1, order[:, :n_a], True)
+            null.append(_split_differences(in_a, pooled, n_a))
+        return _two_sided(torch.cat(null), (a.mean() - b.mean()).item()), False
+    return _two_sided(_split_differences(in_a, pooled, n_a), (a.mean() - b.mean()).item()), exact
+
+
+def _split_differences(in_a: torch.Tensor, pooled: torch.Tensor, n_a: int) -> torch.Tensor:
+    """in_a (splits, total): True for A's members -> (splits,): mean of A's members - mean of B's."""
+    mean_a = (in_a * pooled).sum(dim=1) / n_a
+    mean_b = (~in_a * pooled).sum(dim=1) / (len(pooled) - n_a)
+    return mean_a - mean_b
 
 
 def bootstrap_interval(
@@ -163,15 +182,18 @@ def bootstrap_interval(
     a, b = _runs(a, b, paired)
     g = torch.Generator().manual_seed(seed)
     if paired:
-        d = a - b  # (n,)
-        means = d[torch.randint(len(d), (resamples, len(d)), generator=g)].mean(dim=1)  # (resamples,)
-    else:
-        resampled_a = a[torch.randint(len(a), (resamples, len(a)), generator=g)]  # (resamples, n_a)
-        resampled_b = b[torch.randint(len(b), (resamples, len(b)), generator=g)]  # (resamples, n_b)
-        means = resampled_a.mean(dim=1) - resampled_b.mean(dim=1)  # (resamples,)
+        means = _resampled_means(a - b, resamples, g)  # (resamples,)
+    else:  # all of A's draws, then all of B's
+        means = _resampled_means(a, resamples, g) - _resampled_means(b, resamples, g)  # (resamples,)
     tail = (1 - confidence) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return low, high
+
+
+def _resampled_means(x: torch.Tensor, resamples: int, g: torch.Generator) -> torch.Tensor:
+    """(n,) -> (resamples,): the means of `resamples` samples of x drawn with replacement, a block at a time."""
+    n = len(x)
+    return torch.cat([x[torch.randint(n, (rows, n), generator=g)].mean(dim=1) for rows in _blocks(resamples, n)])
 
 
 def compare(

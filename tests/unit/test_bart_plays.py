@@ -91,6 +91,16 @@ def test_finetune_punctuation_refuses_a_bad_budget_and_repeats_itself_for_a_seed
     assert scored["first_losses"] == again["first_losses"]
 
 
+def test_the_bart_recipe_repeats_its_first_steps_with_or_without_its_scores():
+    model, scored, _ = recipes.RECIPES["plays_bart"](steps=2)
+    _, again, _ = recipes.RECIPES["plays_bart"](steps=2, evaluate=False)
+    assert scored.losses == again.losses and len(scored.losses) == 2
+    assert len(scored.evals) == 1 and again.evals == []  # scored at the end, and only when asked
+    loss_only = recipes.bart_scores(model, exact=False)
+    assert loss_only == pytest.approx({"denoising loss": scored.evals[0]["denoising loss"]}, abs=1e-6)
+    assert set(scored.evals[0]) == {"denoising loss", "exact lines"}
+
+
 @pytest.mark.slow
 def test_the_shipped_bart_and_its_runs_hold_what_the_chapter_says():
     model, meta = load_checkpoint("plays_bart")

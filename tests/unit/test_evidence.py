@@ -123,6 +123,17 @@ def test_sampled_tests_are_seeded_and_say_so():
     assert first == again and not first.exact and "sampled permutation" in str(first)
 
 
+@pytest.mark.parametrize("paired", [True, False])
+def test_resampling_a_block_at_a_time_changes_nothing(monkeypatch, paired):
+    """The sampled tests and the bootstrap draw their rows in blocks of about CHUNK numbers; one generator hands out
+    the same stream whatever the blocks, so the p-value and the interval are the same to the last bit."""
+    a, b = _data(5, 40, 40 if paired else 35, 0.3)
+    whole = evidence.compare(a, b, paired=paired, resamples=2_000)
+    monkeypatch.setattr(evidence, "CHUNK", 7 * 40)  # blocks of 7 rows, the last one shorter
+    blocks = evidence.compare(a, b, paired=paired, resamples=2_000)
+    assert blocks == whole and not whole.exact
+
+
 @pytest.mark.parametrize(
     ("a", "b", "kwargs", "message"),
     [
