@@ -168,21 +168,68 @@ class VisionTransformer(nn.Module):
 
 
 def digits_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scikit-learn's handwritten digits (shipped inside the package: nothing downloads), split once.
+    """scikit-learn's handwritten digits (shipped inside its package: nothing downloads), split once.
 
     Returns (train images (1200, 1, 8, 8), train labels (1200,), test images (597, 1, 8, 8), test labels (597,)):
-    pixels scaled from 0..16 to 0..1, the split stratified by class and fixed (scikit-learn's, random_state 0).
+    pixels scaled from 0..16 to 0..1, the split stratified by class and fixed (scikit-learn's train_test_split,
+    random_state 0, its rows kept in checkpoints/digits_split.json). The pixels are read from scikit-learn's own
+    file without importing scikit-learn (a second saved); tests/unit/test_vit.py holds both to load_digits and
+    train_test_split.
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    import gzip
+    import importlib.util
+    import json
+    from pathlib import Path
 
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16  # (1797, 8, 8) -> (1797, 1, 8, 8)
-    labels = torch.tensor(digits.target, dtype=torch.long)  # (1797,)
-    train, test = train_test_split(
-        torch.arange(len(labels)).numpy(), test_size=DIGITS_TEST, stratify=labels.numpy(), random_state=0
-    )
+    import numpy as np
+
+    from .checkpoints import CHECKPOINT_DIR
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the digits come with scikit-learn: pip install scikit-learn")
+    csv = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(csv, "rt") as f:
+        rows = torch.from_numpy(np.loadtxt(f, delimiter=",", dtype=np.float32))  # (1797, 65): 64 pixels, the label
+    images = rows[:, :64].reshape(-1, 1, 8, 8) / 16  # (1797, 64) -> (1797, 1, 8, 8)
+    labels = rows[:, 64].long()  # (1797,)
+    split = json.loads((CHECKPOINT_DIR / "digits_split.json").read_text())
+    train, test = torch.tensor(split["train"]), torch.tensor(split["test"])  # (1200,), (597,): rows, in order
     return images[train], labels[train], images[test], labels[test]
+
+
+def logistic_regression(images: torch.Tensor, labels: torch.Tensor, c: float = 1.0) -> nn.Module:
+    """Multinomial logistic regression on the pixels, fitted to its optimum: scikit-learn's LogisticRegression(C=c)
+    (an L2 penalty of 1 / (2c) on the weights, not the intercept, added to the summed cross-entropy; here both
+    divided by B, the same minimum), solved with L-BFGS in float64. images (B, C, H, W), labels (B,) ->
+    nn.Sequential(Flatten, Linear) in eval mode, float32. The objective is convex with one minimum, so any exact
+    solver lands on the same weights; tests/unit/test_vit.py holds this one to scikit-learn's."""
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
+    if not c > 0:
+        raise ValueError(f"c (the inverse of the penalty) must be positive, got {c}")
+    x = images.flatten(1).double()  # (B, C * H * W)
+    classes = int(labels.max()) + 1
+    weight = torch.zeros(classes, x.shape[1], dtype=torch.float64, requires_grad=True)  # (K, D)
+    bias = torch.zeros(classes, dtype=torch.float64, requires_grad=True)  # (K,)
+    solver = torch.optim.LBFGS(
+        [weight, bias], max_iter=1000, tolerance_grad=1e-9, tolerance_change=1e-12, history_size=20,
+        line_search_fn="strong_wolfe",
+    )  # fmt: skip
+
+    def objective() -> torch.Tensor:
+        solver.zero_grad()
+        penalty = (weight**2).sum() / (2 * c * len(labels))  # (1 / 2c) |W|^2, over B as the mean cross-entropy is
+        loss = nn.functional.cross_entropy(x @ weight.T + bias, labels) + penalty
+        loss.backward()
+        return loss
+
+    solver.step(objective)
+    linear = nn.Linear(x.shape[1], classes)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    return nn.Sequential(nn.Flatten(), linear).eval()
 
 
 def image_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> float:

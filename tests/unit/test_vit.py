@@ -165,6 +165,41 @@ def test_the_digits_split_is_fixed_stratified_and_disjoint():
         vit.image_accuracy(torch.nn.Linear(1, 1), test_x, test_y[:3])
 
 
+def test_the_digits_are_scikit_learns_load_digits_and_train_test_split():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16  # (1797, 1, 8, 8)
+    labels = torch.tensor(digits.target, dtype=torch.long)  # (1797,)
+    train, test = train_test_split(
+        torch.arange(len(labels)).numpy(), test_size=vit.DIGITS_TEST, stratify=labels.numpy(), random_state=0
+    )
+    theirs = (images[train], labels[train], images[test], labels[test])
+    ours = vit.digits_data()
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(ours, theirs))
+
+
+def test_logistic_regression_lands_on_scikit_learns_optimum():
+    from sklearn.linear_model import LogisticRegression
+
+    train_x, train_y, test_x, test_y = vit.digits_data()
+    for c in (1.0, 0.05):
+        ours = vit.logistic_regression(train_x, train_y, c=c)
+        theirs = LogisticRegression(C=c, tol=1e-10, max_iter=100_000).fit(train_x.flatten(1).double().numpy(), train_y)
+        weight, bias = ours[1].weight.double(), ours[1].bias.double()
+        assert (weight - torch.from_numpy(theirs.coef_)).abs().max() < 1e-3, c
+        centred = torch.from_numpy(theirs.intercept_)  # the softmax ignores a constant added to every intercept
+        assert ((bias - bias.mean()) - (centred - centred.mean())).abs().max() < 1e-2, c
+        probabilities = torch.from_numpy(theirs.predict_proba(test_x.flatten(1).double().numpy()))  # (597, 10)
+        assert (ours(test_x).softmax(-1).double() - probabilities).abs().max() < 1e-3, c
+        assert torch.equal(ours(test_x).argmax(-1), torch.from_numpy(theirs.predict(test_x.flatten(1).numpy())))
+    with pytest.raises(ValueError, match="the same length"):
+        vit.logistic_regression(train_x, train_y[:3])
+    with pytest.raises(ValueError, match="must be positive, got 0"):
+        vit.logistic_regression(train_x, train_y, c=0)
+
+
 def test_the_shipped_vit_and_its_comparisons_hold_what_the_chapter_says():
     from transformer_lib import recipes
     from transformer_lib.checkpoints import load_checkpoint
