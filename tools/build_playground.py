@@ -17,7 +17,8 @@ the pages' own JavaScript and their defaults.json):
                     with its masked-word head
                     (plays_bert.onnx: the page "Fill in the blank"), chapter 16's Vision Transformer
                     (digits_vit.onnx: the page "Draw a digit") and chapter 17's base, SFT and GRPO models as step
-                    models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt")
+                    models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt"),
+                    and chapter 18's BART (plays_bart.onnx: the page "Mend the line")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
                         head that tracks partners, the patterns that split a line into BERT's words,
                         the held-out digits the ViT's page can load, and each model's int8 trial ("int8")
@@ -27,13 +28,15 @@ the pages' own JavaScript and their defaults.json):
                     next characters per layer and position and every head's induction score, BERT's
                     five likeliest words at a line's blank with the attention from the blank, and the
                     ViT's ten probabilities on drawn digits with its class token's attention, and the three chat
-                    models' greedy answers (ids and text) to fixed user lines, with the right answer by program
+                    models' greedy answers (ids and text) to fixed user lines, with the right answer by program,
+                    and BART's beam-search candidates on lines with a gap, at every beam width the page offers
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside and ablation for one page, fill_blank, draw_digit, and assistant with three models); what they share is
-playground_build/common.py: the pages' defaults, which the build reads from book/_static/playground/defaults.json
-as the pages do, the check of every file against PyTorch in onnxruntime before it is written out (a step model's
-call by call), the greedy decoding of the step models, and the int8 trial that decides which file ships.
+brackets, inside and ablation for one page, fill_blank, draw_digit, assistant with three models, and mend_line); what
+they share is playground_build/common.py: the pages' defaults, which the build reads from
+book/_static/playground/defaults.json as the pages do, the check of every file against PyTorch in onnxruntime before
+it is written out (a step model's call by call), the greedy decoding of the step models, and the int8 trial that
+decides which file ships.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from playground_build import (
     inside,
     language_model,
     masks,
+    mend_line,
     numbers_to_words,
 )
 from playground_build.common import ROOT
@@ -99,10 +103,12 @@ def main() -> int:
     meta["fill_blank"], expected["fill_blank"] = fill_blank.build(models)
     meta["draw_digit"], expected["draw_digit"] = draw_digit.build(models)
     assistants, expected["assistant"] = assistant.build(models)  # three models for one page, one file each
+    meta["mend_line"], expected["mend_line"] = mend_line.build(models)
     meta.update(assistants)
     keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "inside_ablation"]
     keys += ["fill_blank", "draw_digit"]
     keys += list(assistants)
+    keys += ["mend_line"]
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)

@@ -26,7 +26,7 @@ from .masks import causal_mask
 _LanguageModel = torch.nn.Module  # a DecoderOnlyLM: tokens (B, T) -> logits (B, T, V)
 _EncoderDecoder = torch.nn.Module  # a Transformer: encode(src), decode(tgt, memory, ...)
 
-__all__ = ["nucleus", "generate", "greedy_decode", "beam_search"]
+__all__ = ["nucleus", "generate", "greedy_decode", "beam_search", "beam_candidates"]
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -45,7 +45,7 @@ def _inference(fn: _F) -> _F:
             out = fn(*args, **kwargs)
         if isinstance(out, tuple):
             return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
-        return out.clone()
+        return out.clone() if isinstance(out, torch.Tensor) else out  # plain numbers and lists need nothing
 
     return wrapper  # type: ignore[return-value]
 
@@ -233,6 +233,43 @@ def beam_search(
     gives greedy decoding. A hypothesis ends only by emitting EOS: a generated padding id is an
     ordinary token, read as context and never masked.
     """
+    return _best_per_row(_search(model, src, bos_id, eos_id, max_new_tokens, beam_size, length_penalty), model.pad_id)
+
+
+@_inference
+def beam_candidates(
+    model: _EncoderDecoder,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+) -> list[tuple[list[int], float, float]]:
+    """src (1, S) -> every hypothesis the search finished, best first: (ids with BOS first and EOS last,
+    log-probability, rank = log-probability / generated tokens ** length_penalty).
+
+    The same search as beam_search, whose answer is the first of them; at most 2 * beam_size - 1 (a row stops
+    once it has beam_size). A search that finished none after max_new_tokens ranks what it still has alive
+    (without EOS), as beam_search does.
+    """
+    if src.dim() != 2 or src.shape[0] != 1:
+        raise ValueError(f"beam_candidates searches one source: src must be (1, S), got {tuple(src.shape)}")
+    (row,) = _search(model, src, bos_id, eos_id, max_new_tokens, beam_size, length_penalty)
+    ranked = sorted(range(len(row)), key=lambda i: -row[i][0])  # stable: ties keep the order they finished in
+    return [(row[i][1].tolist(), row[i][2], row[i][0]) for i in ranked]
+
+
+def _search(
+    model: _EncoderDecoder,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+    beam_size: int,
+    length_penalty: float,
+) -> list[list[_Finished]]:
+    """The beam search itself: src (B, S) -> per row, the hypotheses it finished (rank, ids, log-probability)."""
     check_token_batch(src, "src")
     _check_bos(model, bos_id)
     if beam_size < 1:
@@ -250,7 +287,7 @@ def beam_search(
         if not alive:  # every row has found enough finished hypotheses, or has none left to grow
             break
     _finish_unfinished_rows(alive, finished, length_penalty)
-    return _best_per_row(finished, model.pad_id)
+    return finished
 
 
 def _rank(logp: float, ids: torch.Tensor, length_penalty: float) -> float:

@@ -26,6 +26,7 @@ from playground_build import (
     inside,
     language_model,
     masks,
+    mend_line,
     numbers_to_words,
 )
 
@@ -34,6 +35,7 @@ DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
 MODULES = [numbers_to_words, language_model, masks, brackets, inside, ablation, fill_blank, draw_digit, assistant]
+MODULES += [mend_line]  # after fill_blank, whose patterns it reads
 
 
 def _defaults() -> dict:
@@ -54,6 +56,7 @@ def _build_inputs() -> dict:
         "line": fill_blank.LINES["default"],
         "digit": draw_digit.EXAMPLE,
         "assistant": (assistant.EXAMPLES[0], assistant.LINES[0]),
+        "mend": (mend_line.LINES["default"], mend_line.PAGE["mend-beam"]),
     }
 
 
@@ -78,6 +81,7 @@ def _expected_inputs(d: dict) -> dict:
         "line": d["fill_blank"]["fill-text"],
         "digit": d["draw_digit"]["draw-example"],
         "assistant": (d["assistant"]["assistant-line"], d["assistant"]["assistant-line"]),
+        "mend": (d["mend_line"]["mend-text"], d["mend_line"]["mend-beam"]),
     }
 
 
@@ -101,6 +105,7 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["fill_blank"]["fill-text"] = "Give me your hand, my good ___."
     d["draw_digit"]["draw-example"] = "7"
     d["assistant"]["assistant-line"] = "shout sweet"
+    d["mend_line"].update({"mend-text": "Come, ___ me your hand.", "mend-beam": "2"})
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -201,6 +206,8 @@ def _masks_quote(m: dict) -> str:
         ("fill_blank", lambda d: f"**The line the page opens with**, `{d['fill_blank']['fill-text']}`,"),
         ("draw_digit", lambda d: f"**The digit the page opens with** is a held-out {d['draw_digit']['draw-example']},"),
         ("assistant", lambda d: f"**The line the page opens with**, `{d['assistant']['assistant-line']}`."),
+        ("mend_line", lambda d: f"**The line the page opens with**, `{d['mend_line']['mend-text']}`,"),
+        ("mend_line", lambda d: f"With a beam of {d['mend_line']['mend-beam']} the best line"),
     ],
 )
 def test_the_prose_quotes_the_defaults(page, quote):

@@ -36,6 +36,7 @@ PAGES = {
     "assistant_base": "assistant",
     "assistant_sft": "assistant",
     "assistant_grpo": "assistant",
+    "mend_line": "mend_line",  # its own answers, messages and keyboard use: test_mend_line.py
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -508,6 +509,7 @@ STATUS = {
     "assistant_base": "#assistant-status",
     "assistant_sft": "#assistant-status",
     "assistant_grpo": "#assistant-status",
+    "mend_line": "#mend-status",
 }
 # Another page's model: onnxruntime loads it, but the page cannot run it (other inputs than the page feeds)
 WRONG_MODEL = {
@@ -522,6 +524,7 @@ WRONG_MODEL = {
     "assistant_base": "numbers_to_words",
     "assistant_sft": "numbers_to_words",
     "assistant_grpo": "numbers_to_words",
+    "mend_line": "fill_blank",  # the numbers model has src and tgt too, and would run
 }
 
 

@@ -282,6 +282,23 @@ def test_beam_search_over_a_batch_equals_each_row_searched_alone():
     assert len(lengths) > 1  # the rows really did finish at different steps
 
 
+def test_beam_candidates_are_the_search_beam_search_answers_from_best_first():
+    model = _toy_translator(seed=5)
+    for row in range(6):
+        src = torch.randint(1, 7, (1, 5), generator=torch.Generator().manual_seed(10 + row))
+        best, logp = model.beam_search(src, bos_id=1, eos_id=2, max_new_tokens=7, beam_size=3, length_penalty=0.6)
+        found = tl.beam_candidates(model, src, bos_id=1, eos_id=2, max_new_tokens=7, beam_size=3, length_penalty=0.6)
+        assert found[0][0] == best[0].tolist() and found[0][1] == pytest.approx(logp.item(), abs=1e-6)
+        ranks = [r for _, _, r in found]
+        assert 1 <= len(found) <= 2 * 3 - 1 and ranks == sorted(ranks, reverse=True)
+        for ids, p, rank in found:  # each is a whole finished hypothesis, scored by its own probability
+            assert ids[0] == 1 and (ids[-1] == 2 or len(ids) == 8) and 2 not in ids[1:-1]
+            assert p == pytest.approx(_sequence_logp(model, src, torch.tensor(ids)), abs=1e-4)
+            assert rank == pytest.approx(p / (len(ids) - 1) ** 0.6)
+    with pytest.raises(ValueError, match=r"searches one source: src must be \(1, S\), got \(2, 5\)"):
+        tl.beam_candidates(model, torch.ones(2, 5, dtype=torch.long), bos_id=1, eos_id=2, max_new_tokens=3)
+
+
 def _sequence_logp(model, src, seq):
     """Log-probability of the generated part of seq (BOS first) under teacher forcing."""
     with torch.no_grad():

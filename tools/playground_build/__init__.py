@@ -11,6 +11,7 @@
     fill_blank        the fill-in-the-blank page: chapter 15's BERT, its guesses at a blank and the attention from it
     draw_digit        the draw-a-digit page: chapter 16's ViT, its probabilities and its class token's attention
     assistant         the three-models page: chapter 17's base, SFT and GRPO models, step models with a KV cache
+    mend_line         the mend-the-line page: chapter 18's BART, its beam search's candidates for a line with a gap
 
 Each model's module has a `build(models)` that writes its ONNX file into the folder `models` and returns its entry
 of meta.json and of expected.json (the brackets' also the int8 file's own answers, or None; the assistant's writes
