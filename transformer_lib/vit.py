@@ -202,8 +202,9 @@ def logistic_regression(images: torch.Tensor, labels: torch.Tensor, c: float = 1
     """Multinomial logistic regression on the pixels, fitted to its optimum: scikit-learn's LogisticRegression(C=c)
     (an L2 penalty of 1 / (2c) on the weights, not the intercept, added to the summed cross-entropy; here both
     divided by B, the same minimum), solved with L-BFGS in float64. images (B, C, H, W), labels (B,) ->
-    nn.Sequential(Flatten, Linear) in eval mode, float32. The objective is convex with one minimum, so any exact
-    solver lands on the same weights; tests/unit/test_vit.py holds this one to scikit-learn's."""
+    nn.Sequential(Flatten, Linear) in eval mode, float32. The objective is convex with one minimum in the weights (the
+    intercepts only up to a constant added to all of them, which the softmax ignores), so any exact solver lands on
+    the same weights; tests/unit/test_vit.py holds this one to scikit-learn's."""
     if images.shape[0] != labels.shape[0]:
         raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
     if not c > 0:

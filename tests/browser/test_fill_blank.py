@@ -21,8 +21,8 @@ import pytest
 import transformer_lib as tl
 
 from .checks import network_problems
-from .conftest import ROOT, _missing
-from .test_playground import BUILT, _agreement, _open, _status_after
+from .conftest import ROOT
+from .test_playground import _agreement, _open, _status_after, built_entry
 
 pytestmark = pytest.mark.browser
 KEY = "fill_blank"
@@ -30,23 +30,14 @@ PROBABILITY = 5e-5  # as the inside page's lens: the page's softmax of the same 
 WEIGHT = 1e-5  # as the masks page's weights
 
 
-def _built(path: str) -> dict:
-    """This page's entry of a file the playgrounds' build wrote (expected.json, models/meta.json)."""
-    if not (BUILT / "expected.json").is_file():
-        _missing("the playgrounds were not built (no npm when `make book` ran); install nodejs and npm")
-    everything = json.loads((BUILT / path).read_text())
-    assert KEY in everything, f"{path} has no {KEY!r}: the site was built before the page existed; run `make book`"
-    return everything[KEY]
-
-
 @pytest.fixture(scope="module")
 def expected() -> dict:
-    return _built("expected.json")
+    return built_entry(KEY, "expected.json")
 
 
 @pytest.fixture(scope="module")
 def info() -> dict:
-    return _built("models/meta.json")
+    return built_entry(KEY, "models/meta.json")
 
 
 def _fill(page, text: str) -> str:

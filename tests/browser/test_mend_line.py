@@ -21,31 +21,22 @@ from transformer_lib import recipes
 from transformer_lib.pretraining import UNK
 
 from .checks import network_problems
-from .conftest import ROOT, _missing
-from .test_playground import BUILT, _open, _status_after
+from .conftest import ROOT
+from .test_playground import _open, _status_after, built_entry
 
 pytestmark = pytest.mark.browser
 KEY = "mend_line"
 LOGP = 1e-4  # a written line's log-probability: float32 logits, onnxruntime-web against PyTorch, summed over 28 steps
 
 
-def _built(path: str) -> dict:
-    """This page's entry of a file the playgrounds' build wrote (expected.json, models/meta.json)."""
-    if not (BUILT / "expected.json").is_file():
-        _missing("the playgrounds were not built (no npm when `make book` ran); install nodejs and npm")
-    everything = json.loads((BUILT / path).read_text())
-    assert KEY in everything, f"{path} has no {KEY!r}: the site was built before the page existed; run `make book`"
-    return everything[KEY]
-
-
 @pytest.fixture(scope="module")
 def expected() -> dict:
-    return _built("expected.json")
+    return built_entry(KEY, "expected.json")
 
 
 @pytest.fixture(scope="module")
 def info() -> dict:
-    return _built("models/meta.json")
+    return built_entry(KEY, "models/meta.json")
 
 
 def _mend(page, text: str, beam: int) -> str:
@@ -62,6 +53,13 @@ def _shown(page) -> list[dict]:
         "rows => rows.map(r => ({ids: r.dataset.ids.split(' ').map(Number), logp: Number(r.dataset.logp), "
         "rank: Number(r.dataset.rank), fill: r.dataset.fill, line: r.cells[1].textContent}))",
     )
+
+
+def _sides(case: dict) -> tuple[list[str], list[str]]:
+    """The recorded line's tokens before the gap and after it ([MASK] and [SEP] left out)."""
+    tokens = case["tokens"][:-1]  # without [SEP]
+    gap = tokens.index("[MASK]")
+    return tokens[:gap], tokens[gap + 1 :]
 
 
 def test_the_page_finds_pytorchs_lines_in_pytorchs_order(page, site_url, expected, info):
@@ -83,11 +81,13 @@ def test_the_page_finds_pytorchs_lines_in_pytorchs_order(page, site_url, expecte
             assert worst <= LOGP, f"{name}, beam {beam}: log-probabilities off by {worst:.1e}"
             assert all(abs(r["rank"] - c["rank"]) <= LOGP for r, c in zip(rows, want)), (name, beam)
             assert [r["fill"] for r in rows] == [" ".join(c["fill"] or []) for c in want], (name, beam)
+            before, after = (" ".join(t) for t in _sides(case))
             for r, c in zip(rows, want):
                 if c["fill"] is None:
-                    assert r["line"].endswith("(it changed the words around the gap)"), r["line"]
-                else:
-                    assert (" ".join(c["fill"]) or "(nothing)") in r["line"], (r["line"], c["fill"])
+                    assert r["line"] == " ".join(c["written"]) + " (it changed the words around the gap)", r["line"]
+                else:  # the reader's own line, the fill in the gap
+                    fill = " ".join(c["fill"]) or "(nothing)"
+                    assert r["line"] == " ".join(w for w in (before, fill, after) if w), (r["line"], c["fill"])
             best = want[0]
             fill = (
                 "it changed the words around the gap"
@@ -207,15 +207,20 @@ def test_the_prose_quotes_the_recorded_answers(expected, info):
     assert f'writes "{" ".join(greedy["fill"])}"' in text
     assert all(s["candidates"][0]["fill"] == ["him"] for s in rome["searches"].values())
     assert 'every beam puts "him" first' in text
-    plays = tl.corpus.shakespeare("train")
-    assert "caesar" in recipes.plays_words().stoi and "I come to bury Caesar, not to praise him." in plays
-    assert f"the ten plays name him {plays.count('Caesar')} times" in text
+    plays, vocab = tl.corpus.shakespeare("train"), recipes.plays_words()
+    assert "caesar" in vocab.stoi and "I come to bury Caesar, not to praise him." in plays
+    assert f"(it occurs {vocab.encode(plays).count(vocab.stoi['caesar'])} times in them)" in text
+    searched = [c for case in expected.values() for s in case["searches"].values() for c in s["candidates"]]
+    assert all(len(c["written"]) == recipes.BART_LINE for c in searched)  # "each finished line has 24 tokens"
+    around = sum(len(side) for side in _sides(default))
+    assert f"Your line has {around} words and marks around the gap, and {around} + {len(best4['fill'])} = 24" in text
     assert f"up to {info['most']} words and marks around the gap" in text
     assert f"at most {info['most']} words and punctuation marks besides it" in text  # the help under the field
     assert f"more than {info['most']} words and marks gets a message" in text
     assert f"after {info['max_new_tokens']} tokens" in text and info["max_new_tokens"] == recipes.BART_LINE + 4
     assert f"lines of {recipes.BART_LINE} words and marks" in text
     assert f"about {info['bytes'] / 1e6:.1f} MB" in text
+    assert f"chapter 15's {len(info['itos']) - info['specials']['count']:,} words and marks and five special" in text
     gaps = recipes.load_bart_runs()["gaps"]
     known = [k for k, truth in enumerate(gaps["truth"]) if UNK not in truth]  # BERT never writes [UNK]
     right = sum(gaps["fills"]["BART"][k] == gaps["truth"][k] for k in known) / len(known)

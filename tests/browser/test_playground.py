@@ -56,6 +56,16 @@ def meta() -> dict:
     return json.loads((BUILT / "models" / "meta.json").read_text())
 
 
+def built_entry(key: str, path: str) -> dict:
+    """Page `key`'s entry of a file the playgrounds' build wrote (expected.json, models/meta.json); skips loudly (fails
+    under CI=true) when the playgrounds were not built, and fails when the site predates the page."""
+    if not (BUILT / "expected.json").is_file():
+        _missing("the playgrounds were not built (no npm when `make book` ran); install nodejs and npm")
+    everything = json.loads((BUILT / path).read_text())
+    assert key in everything, f"{path} has no {key!r}: the site was built before the page existed; run `make book`"
+    return everything[key]
+
+
 def _open(page, site_url, key, request=None):
     """Open a playground and wait for its first answer (the page answers its default input by itself)."""
     response = page.goto(f"{site_url}/book/playground/{PAGES[key]}.html", wait_until="load")

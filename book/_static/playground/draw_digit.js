@@ -13,8 +13,8 @@
 // attention shown is the class token's row of the chosen layer's weights over the 16 patches, one head's or the mean.
 
 import {
-  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, OwnModelError, ownModelPicker, rows,
-  showError, softmax, startPage,
+  argmax, cell, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, loadModel, OwnModelError, ownModelPicker,
+  rows, showError, softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -32,13 +32,6 @@ let bitmap = null; // the drawing: canvas x canvas pixels, 1 = ink
 let active = { r: 0, c: 0 }; // the grid's cell that Tab reaches (a roving tabindex)
 let answer = null; // the last answer shown: {out, p, counts}, redrawn when the layer or head changes
 let runs = 0; // how many times the model ran (the tests check that an empty drawing does not run it)
-
-const cell = (tag, text = "", attributes = {}) => {
-  const node = document.createElement(tag);
-  node.textContent = text;
-  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
-  return node;
-};
 
 // The drawing -> each cell's count of inked pixels, row by row (n * n numbers, 0..levels)
 function counts() {

@@ -10,20 +10,11 @@
 // the attention shown is the [MASK] row of the chosen layer's weights, one head's or the mean of the heads.
 
 import {
-  clearResult, fillDefaults, fillSelect, firstAnswer, guarded, idsTensor, loadModel, rows, showError, softmax,
-  startPage,
+  cell, clearResult, fillDefaults, fillSelect, firstAnswer, guarded, idsTensor, listed, loadModel, plural, quoted, rows,
+  showError, softmax, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
-
-// A piece of the reader's text as a message quotes it: in quotes, or as its code point when it cannot be seen
-const quoted = (w) => (/^[\p{C}\p{Z}]$/u.test(w)
-  ? `U+${w.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}` : `“${w}”`);
-
-// ["a", "b", "c"] -> "a, b and c"
-const listed = (items) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
-
-const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 let vocabulary = null; // word -> id, made once from meta.json's itos
 
@@ -71,13 +62,6 @@ function check(text, info) {
 function topIndices(p, k) {
   return Array.from(p.keys()).sort((i, j) => p[j] - p[i] || i - j).slice(0, k);
 }
-
-const cell = (tag, text = "", attributes = {}) => {
-  const node = document.createElement(tag);
-  node.textContent = text;
-  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
-  return node;
-};
 
 // The table of the likeliest words: rank, word, probability and a bar as long as the probability
 function showTop(top, p, info) {

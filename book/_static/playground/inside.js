@@ -19,8 +19,8 @@
 // the whole text at each step (the switches change every position, so no cache is kept).
 
 import {
-  argmax, clearResult, fillDefaults, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel, rows,
-  showError, shown, softmax, startPage, unknownCharacters,
+  argmax, cell, clearResult, fillDefaults, fillSelect, firstAnswer, generator, guarded, heatmap, idsTensor, loadModel,
+  rows, showError, shown, softmax, startPage, unknownCharacters,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
@@ -87,13 +87,6 @@ function evenScore(targets) {
 
 // A probability as the table writes it: a whole percentage, or "<1%"
 const percent = (p) => (p < 0.005 ? "<1%" : `${Math.round(100 * p)}%`);
-
-const cell = (tag, text = "", attributes = {}) => {
-  const node = document.createElement(tag);
-  node.textContent = text;
-  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
-  return node;
-};
 
 // The logit lens's table: one row per position, one column per layer, the `top` likeliest next tokens in each
 // cell, the text's own next character marked. -> per layer, how often that next character is first and in the top.

@@ -7,25 +7,17 @@
 // The line is split into words as fill_blank.js splits it (PlayWords' pattern and the gap's, from meta.json). The
 // search is transformer_lib.decoding.beam_candidates, one hypothesis per call (the file has batch 1 and no cache):
 // each step extends every hypothesis still growing by every token, keeps the `beam` likeliest extensions of all of
-// them (by summed log-probability; ties: the lower index), sets aside those that wrote [SEP], and stops when `beam`
+// them (by summed log-probability; ties: see best()), sets aside those that wrote [SEP], and stops when `beam`
 // are set aside or none grows. Finished ones are ranked by log-probability per written token. The fill is read as
 // bart.read_fill reads it: what stands between the line's beginning, written back unchanged, and the first two words
 // that followed the gap.
 
 import {
-  clearResult, fillDefaults, firstAnswer, guarded, idsTensor, loadModel, painted, rows, showError, startPage,
+  cell, clearResult, fillDefaults, firstAnswer, guarded, idsTensor, listed, loadModel, painted, plural, quoted, rows,
+  showError, startPage,
 } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
-
-// A piece of the reader's text as a message quotes it: in quotes, or as its code point when it cannot be seen
-const quoted = (w) => (/^[\p{C}\p{Z}]$/u.test(w)
-  ? `U+${w.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}` : `“${w}”`);
-
-// ["a", "b", "c"] -> "a, b and c"
-const listed = (items) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
-
-const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 let vocabulary = null; // word -> id, made once from meta.json's itos
 
@@ -75,7 +67,9 @@ function logSoftmax(logits) {
 }
 
 // The `k` best of the hypotheses' extensions: scores (n arrays of V) -> [{from, token, logp}], best first; a tie
-// goes to the lower index of the flattened (n * V), as torch.topk and numpy's stable sort give it
+// goes to the lower index of the flattened (n * V), as the build's search_onnx (numpy's stable sort) breaks it.
+// decoding.beam_candidates keeps torch.topk's order, which on an exact tie is not fixed: the build refuses a
+// recorded line whose search has two candidates within 1e-4 of each other, so the two agree on every one of them
 function best(scores, k) {
   const found = []; // kept sorted, best first, at most k long
   scores.forEach((row, from) => row.forEach((logp, token) => {
@@ -133,14 +127,8 @@ async function search(s, beam, onStep) {
   return finished.map((h, order) => ({ ...h, order })).sort((x, y) => y.rank - x.rank || x.order - y.order);
 }
 
-const cell = (tag, text = "", attributes = {}) => {
-  const node = document.createElement(tag);
-  node.textContent = text;
-  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
-  return node;
-};
-
-// One candidate's line as the reader sees it: the words before the gap, the fill marked, the words after
+// One candidate in the reader's line: the reader's words before the gap, the fill marked, the reader's words after
+// (what the model wrote after the fill may differ from them past the first `anchor` words: #mend-written shows it)
 function candidateLine(c, s, info) {
   const words = (ids) => ids.map((i) => info.itos[i]).join(" ");
   const line = cell("td", "", { class: "mend-line" });
@@ -148,9 +136,8 @@ function candidateLine(c, s, info) {
     line.append(cell("span", words(c.written)), " ", cell("em", "(it changed the words around the gap)"));
     return line;
   }
-  const tail = c.written.slice(s.before.length + c.fill.length, s.before.length + c.fill.length + s.after.length);
   line.append(words(s.before), s.before.length ? " " : "",
-    cell("mark", c.fill.length ? words(c.fill) : "(nothing)"), s.after.length ? " " : "", words(tail));
+    cell("mark", c.fill.length ? words(c.fill) : "(nothing)"), s.after.length ? " " : "", words(s.after));
   return line;
 }
 

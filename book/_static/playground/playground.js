@@ -222,6 +222,25 @@ export function softmax(logits) {
   return e.map((x) => x / sum);
 }
 
+// An element `tag` holding `text`, with `attributes` set: the pages build their tables and lists with it
+export const cell = (tag, text = "", attributes = {}) => {
+  const node = document.createElement(tag);
+  node.textContent = text;
+  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
+  return node;
+};
+
+// A piece of the reader's text as a message quotes it: in quotes, or as its code point when it cannot be seen
+export const quoted = (w) => (/^[\p{C}\p{Z}]$/u.test(w)
+  ? `U+${w.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}` : `“${w}”`);
+
+// ["a", "b", "c"] -> "a, b and c"
+export const listed = (items) => (items.length < 2 ? items.join("")
+  : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
+
+// 1 -> "1 blank", 2 -> "2 blanks"
+export const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
 // How a token is written on a label: visible stand-ins for a space, a line break and the specials
 export function shown(token) {
   return { " ": "␣", "\n": "↵", "<pad>": "·pad·", "<bos>": "·bos·", "<eos>": "·eos·", "<unk>": "·unk·" }[token] ?? token;
