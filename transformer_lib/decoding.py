@@ -132,14 +132,29 @@ def generate(
         )
     out = prompt
     caches = model.new_cache(capacity=total) if use_cache else None
-    step_input = prompt
-    for _ in range(max_new_tokens):
-        # the ids were checked once, above: no wait for the device at each step
-        logits = model(step_input if use_cache else out, caches, checked=True)[:, -1]  # (B, V)
+    logits = _prefill(model, prompt, caches) if use_cache else None  # (B, V): the prompt's last position
+    for step in range(max_new_tokens):
+        if step or not use_cache:  # the ids were checked once, above: no wait for the device at each step
+            logits = model(out[:, -1:] if use_cache else out, caches, checked=True)[:, -1]  # (B, V)
         next_id = _sample_next(logits, temperature, top_k, rng, top_p)  # (B, 1)
         out = torch.cat([out, next_id], dim=1)  # (B, t + 1)
-        step_input = next_id
     return out
+
+
+def _prefill(model: _LanguageModel, prompt: torch.Tensor, caches: list) -> torch.Tensor:
+    """Run the prompt (B, T0) into the empty `caches`; return the logits at its last position (B, V).
+
+    Rows that repeat a prompt (several samples of one request, as pass@k and GRPO draw them) are run once, and
+    their keys and values copied to every row that asked for them: each row's numbers are computed alone
+    either way, so the samples are the same, for a fraction of the work."""
+    unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)  # (U, T0), (B,)
+    if unique.shape[0] == prompt.shape[0]:
+        return model(prompt, caches, checked=True)[:, -1]
+    once = model.new_cache()  # (U, h, T0, d_k) per layer, no capacity: copied below
+    logits = model(unique, once, checked=True)[:, -1]  # (U, V)
+    for cache, run in zip(caches, once):
+        cache.update(run.key[inverse], run.value[inverse])  # (B, h, T0, d_k)
+    return logits[inverse]  # (B, V)
 
 
 def _check_bos(model: _EncoderDecoder, bos_id: int) -> None:

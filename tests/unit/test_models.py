@@ -72,6 +72,23 @@ def test_kv_cache_gives_the_same_tokens_and_logits(norm_first, positional):
     assert torch.allclose(step, lm(greedy_cached)[:, -1], atol=1e-4)
 
 
+def test_repeated_prompts_are_run_once_and_sample_as_if_each_ran_alone(monkeypatch):
+    """generate runs a prompt that several rows share once, then copies its keys and values: the samples are the
+    ones each row would draw with its own prompt run (the same generator, the same numbers)."""
+    lm = tl.DecoderOnlyLM(vocab_size=11, **SMALL).eval()
+    distinct = torch.randint(0, 11, (3, 5), generator=torch.Generator().manual_seed(4))  # (3, 5)
+    prompt = distinct[torch.tensor([0, 1, 0, 2, 1, 0])]  # (6, 5): rows 0, 2, 5 and rows 1, 4 repeat a prompt
+    batches = []
+    embed = lm.embed.forward  # the first module every pass goes through: its batch is the rows run
+    monkeypatch.setattr(lm.embed, "forward", lambda ids, *a, **k: batches.append(ids.shape[0]) or embed(ids, *a, **k))
+    shared = lm.generate(prompt, 12, temperature=1.0, rng=torch.Generator().manual_seed(9))
+    assert batches[0] == 3 and set(batches[1:]) == {6}  # the prompt once per distinct row, then every row
+    monkeypatch.setattr(tl.decoding, "_prefill", lambda model, p, caches: model(p, caches, checked=True)[:, -1])
+    alone = lm.generate(prompt, 12, temperature=1.0, rng=torch.Generator().manual_seed(9))
+    assert torch.equal(shared, alone)
+    assert not torch.equal(shared[0], shared[2])  # the rows that share a prompt still draw their own samples
+
+
 def test_top_k_one_is_greedy():
     lm = tl.DecoderOnlyLM(vocab_size=9, **SMALL).eval()
     p = torch.randint(0, 9, (1, 3))
