@@ -183,8 +183,6 @@ def digits_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tenso
 
     import numpy as np
 
-    from .checkpoints import CHECKPOINT_DIR
-
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("the digits come with scikit-learn: pip install scikit-learn")
@@ -193,7 +191,8 @@ def digits_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tenso
         rows = torch.from_numpy(np.loadtxt(f, delimiter=",", dtype=np.float32))  # (1797, 65): 64 pixels, the label
     images = rows[:, :64].reshape(-1, 1, 8, 8) / 16  # (1797, 64) -> (1797, 1, 8, 8)
     labels = rows[:, 64].long()  # (1797,)
-    split = json.loads((CHECKPOINT_DIR / "digits_split.json").read_text())
+    split = json.loads((Path(__file__).parent / "checkpoints" / "digits_split.json").read_text())  # vit sits below
+    # the checkpoints module (which loads ViTs), so the file's folder is named here, not imported
     train, test = torch.tensor(split["train"]), torch.tensor(split["test"])  # (1200,), (597,): rows, in order
     return images[train], labels[train], images[test], labels[test]
 

@@ -45,6 +45,7 @@ LATER = [
     "ctc",
     "bart",
     "wav2vec2",
+    "codec",
     "hf",
     "export",
     "recipes",

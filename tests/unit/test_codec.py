@@ -1,0 +1,157 @@
+"""Residual vector quantization (transformer_lib.codec) against Hugging Face's EnCodec quantizer and by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer_lib import codec
+
+pytest.importorskip("transformers")
+
+
+def _trained(q: codec.ResidualVectorQuantizer, steps: int = 30, seed: int = 0) -> torch.Tensor:
+    """A few moving-average steps on clustered vectors (so that the codebooks are not their random start)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(6, q.dim, generator=g) * 3  # (6, dim)
+    q.train()
+    for _ in range(steps):
+        x = centres[torch.randint(6, (256,), generator=g)] + 0.3 * torch.randn(256, q.dim, generator=g)
+        q(x, generator=g)
+    q.eval()
+    return centres
+
+
+@pytest.mark.parametrize(("num_quantizers", "size", "dim"), [(1, 2, 1), (3, 16, 8), (5, 37, 13), (8, 1024, 4)])
+def test_codes_and_decoded_vectors_equal_hugging_faces_both_ways(num_quantizers, size, dim):
+    """The same codebooks in EncodecResidualVectorQuantizer give the same codes, and the same vectors back from any
+    codes; from_encodec brings them back unchanged. Trained codebooks, so that every layer's choice matters."""
+    torch.manual_seed(num_quantizers)
+    ours = codec.ResidualVectorQuantizer(num_quantizers, size, dim)
+    _trained(ours)
+    theirs = codec.to_encodec(ours)
+    x = torch.randn(3, dim, 41)  # (B, D, T): EnCodec's layout
+    mine = ours.encode(x.transpose(1, 2))  # (B, T, n)
+    assert torch.equal(mine.permute(2, 0, 1), theirs.encode(x))  # (n, B, T)
+    random_codes = torch.randint(size, (num_quantizers, 3, 41))  # (n, B, T)
+    torch.testing.assert_close(ours.decode(random_codes.permute(1, 2, 0)).transpose(1, 2), theirs.decode(random_codes))
+    back = codec.from_encodec(theirs)
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), ours.state_dict().values()))
+    for n in range(1, num_quantizers + 1):  # fewer codebooks: EnCodec's lower bandwidths
+        bandwidth = n * math.log2(size) * 75 / 1000 if size & (size - 1) == 0 else None
+        if bandwidth is not None:
+            assert torch.equal(ours.encode(x.transpose(1, 2), n).permute(2, 0, 1), theirs.encode(x, bandwidth))
+
+
+def test_each_codebook_codes_what_the_ones_before_it_left():
+    q = codec.ResidualVectorQuantizer(3, 8, 5)
+    _trained(q)
+    x = torch.randn(50, 5)
+    codes = q.encode(x)  # (50, 3)
+    residual = x.clone()
+    for i, layer in enumerate(q.layers):
+        distances = ((residual[:, None] - layer.codebook.embed[None]) ** 2).sum(-1)  # (50, 8)
+        assert torch.equal(codes[:, i], distances.argmin(-1))
+        residual = residual - layer.codebook.embed[codes[:, i]]
+    torch.testing.assert_close(q.decode(codes), x - residual)
+    errors = [((q.decode(codes[:, :n]) - x) ** 2).sum(-1).mean().item() for n in (1, 2, 3)]
+    assert errors[0] > errors[1] > errors[2]  # each codebook takes away more of what is left
+
+
+def test_the_moving_average_step_is_the_formula():
+    book = codec.Codebook(4, 2, decay=0.9, eps=0.5, dead=0.0)  # a large eps, so that the smoothing shows
+    embed_avg, cluster_size = book.embed_avg.clone(), book.cluster_size.clone()
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    codes = torch.tensor([0, 0, 2])
+    book.update(x, codes)
+    counts = torch.tensor([2.0, 0.0, 1.0, 0.0])
+    sums = torch.stack([x[0] + x[1], torch.zeros(2), x[2], torch.zeros(2)])
+    size = 0.9 * cluster_size + 0.1 * counts
+    avg = 0.9 * embed_avg + 0.1 * sums
+    torch.testing.assert_close(book.cluster_size, size)
+    torch.testing.assert_close(book.embed_avg, avg)
+    smoothed = (size + 0.5) / (size.sum() + 4 * 0.5) * size.sum()  # Laplace: counts + eps, the total kept
+    torch.testing.assert_close(book.embed, avg / smoothed[:, None])
+
+
+def test_an_entry_nobody_chooses_restarts_on_a_vector_of_the_batch():
+    book = codec.Codebook(3, 2, decay=0.5, dead=0.9)
+    x = torch.tensor([[10.0, 10.0], [10.5, 9.5], [9.5, 10.5]])
+    codes = torch.tensor([0, 0, 0])
+    before = book.embed.clone()
+    for _ in range(2):  # counts 1 -> 0.5 -> 0.25 for the entries never chosen
+        book.update(x, codes, generator=torch.Generator().manual_seed(0))
+    restarted = [k for k in (1, 2) if not torch.equal(book.embed[k], before[k])]
+    assert restarted == [1, 2]
+    assert all(any(torch.equal(book.embed[k], row) for row in x) for k in restarted)  # a vector of the batch
+    assert (book.cluster_size[1:] == 0.9).all()
+
+
+def test_gradients_pass_straight_through_and_the_commitment_loss_is_each_layers_mse():
+    q = codec.ResidualVectorQuantizer(2, 8, 4)
+    _trained(q)
+    x = torch.randn(10, 4, requires_grad=True)
+    quantized, codes, commitment = q(x)
+    torch.testing.assert_close(quantized, q.decode(codes))  # the value is the codes'
+    weights = torch.randn(10, 4)
+    (quantized * weights).sum().backward()
+    torch.testing.assert_close(x.grad, weights)  # the gradient is x's
+    first = q.layers[0].codebook.embed[codes[:, 0]]
+    second = q.layers[1].codebook.embed[codes[:, 1]]
+    want = (((x - first) ** 2).mean() + ((x - first - second) ** 2).mean()) / 2
+    torch.testing.assert_close(commitment, want)
+
+
+def test_quantizer_dropout_draws_a_prefix_in_training_and_eval_uses_every_codebook():
+    q = codec.ResidualVectorQuantizer(4, 8, 3, dropout=True)
+    g = torch.Generator().manual_seed(1)
+    q.train()
+    drawn = {q(torch.randn(20, 3), generator=g)[1].shape[-1] for _ in range(60)}
+    assert drawn == {1, 2, 3, 4}
+    q.eval()
+    assert q(torch.randn(20, 3))[1].shape == (20, 4)
+    assert q(torch.randn(20, 3), n=2)[1].shape == (20, 2)
+    before = [layer.codebook.embed.clone() for layer in q.layers]
+    q(torch.randn(20, 3))
+    assert all(torch.equal(b, layer.codebook.embed) for b, layer in zip(before, q.layers))  # eval: no update
+
+
+def test_moving_averages_find_the_clusters():
+    q = codec.ResidualVectorQuantizer(1, 6, 2)
+    g = torch.Generator().manual_seed(3)
+    centres = torch.randn(6, 2, generator=g) * 5
+    x = centres[torch.randint(6, (512,), generator=g)] + 0.1 * torch.randn(512, 2, generator=g)
+    q.eval()
+    start = ((q(x)[0] - x) ** 2).sum(-1).mean()
+    q.train()
+    for _ in range(100):
+        q(x, generator=g)
+    q.eval()
+    end = ((q(x)[0] - x) ** 2).sum(-1).mean()
+    assert end < 0.1 * start and end < 0.5  # near the clusters' own spread (2 x 0.1^2 = 0.02), or close to it
+
+
+def test_bits_per_second_is_encodecs_bandwidth():
+    assert codec.bits_per_second(32, 1024, 75) == 24_000  # EnCodec 24 kHz at 24 kbps: 32 codebooks of 1,024
+    assert codec.bits_per_second(2, 1024, 75) == 1_500  # and at 1.5 kbps: the first two
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda q: q.encode(torch.randn(4, 5)), r"vectors of size 3 along the last axis, got shape \(4, 5\)"),
+        (lambda q: q.encode(torch.ones(4, 3, dtype=torch.long)), "reads float vectors"),
+        (lambda q: q.encode(torch.randn(4, 3), n=3), "n must be a number of codebooks from 1 to 2, got 3"),
+        (lambda q: q.encode(torch.randn(4, 3), n=True), "got True"),
+        (lambda q: q.decode(torch.full((4, 2), 8)), r"codes must be in \[0, 7\], got 8 to 8"),
+        (lambda q: q.decode(torch.zeros(4, 3, dtype=torch.long)), "from 1 to 2, got 3"),
+        (lambda q: q.decode(torch.zeros(4, 2)), "codes must be integer ids"),
+        (lambda q: codec.Codebook(1, 3), "at least 2 entries"),
+        (lambda q: codec.ResidualVectorQuantizer(0, 8, 3), "num_quantizers must be at least 1, got 0"),
+    ],
+)
+def test_bad_input_is_refused_by_name(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(codec.ResidualVectorQuantizer(2, 8, 3))

@@ -1,0 +1,195 @@
+"""Residual vector quantization (RVQ): how a neural audio codec turns vectors into a few integers per frame.
+
+SoundStream (Zeghidour et al., 2021) and EnCodec (Défossez et al., 2022) code each frame of an encoder's output with
+a stack of codebooks. The first codebook picks the entry nearest to the vector; the second codes what the first left
+over (the residual), the third what the first two left, and so on. Decoding adds the chosen entries back up. With Q
+codebooks of K entries a frame costs Q log2 K bits, and using only the first n codebooks gives a coarser code at a
+lower bit rate from the same model: SoundStream trains with "quantizer dropout" (a random n per batch) so that every
+prefix of the stack decodes well. VioLA and VALL-E write the first codebook's codes with an autoregressive
+Transformer and the rest otherwise.
+
+The codebooks learn as EnCodec's do, by exponential moving averages (k-means online, van den Oord et al., 2017,
+appendix): each entry moves toward the mean of the vectors assigned to it, `decay` of the old average kept at each
+step, with Laplace smoothing of the counts; an entry whose count falls below `dead` is restarted on a random
+vector of the batch. Gradients pass the quantizer straight through (the output is x + (q - x).detach()), and a
+commitment loss pulls the encoder's vectors toward their codes.
+
+`ResidualVectorQuantizer` keeps its codebooks under the names Hugging Face's `EncodecResidualVectorQuantizer` uses
+(`layers.{i}.codebook.embed`, `embed_avg`, `cluster_size`), so that `to_encodec` and `from_encodec` move them by
+name; `tests/unit/test_codec.py` checks that both give the same codes and the same decoded vectors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["Codebook", "ResidualVectorQuantizer", "bits_per_second", "to_encodec", "from_encodec"]
+
+
+def _check_vectors(x: torch.Tensor, dim: int) -> None:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ValueError(f"the quantizer reads float vectors (..., {dim}), got {type(x).__name__}")
+    if x.dim() < 2 or x.shape[-1] != dim:
+        raise ValueError(f"the quantizer reads vectors of size {dim} along the last axis, got shape {tuple(x.shape)}")
+
+
+class Codebook(nn.Module):
+    """One codebook of `size` entries of `dim` numbers, learned by moving averages (EnCodec's EuclideanCodebook).
+
+    Buffers: `embed` (size, dim), the entries; `embed_avg` (size, dim), the running sums of the vectors assigned to
+    each entry; `cluster_size` (size,), the running counts. Nothing here is a parameter: no optimizer moves it.
+    """
+
+    def __init__(self, size: int, dim: int, decay: float = 0.99, eps: float = 1e-5, dead: float = 2.0):
+        super().__init__()
+        if size < 2 or dim < 1:
+            raise ValueError(f"a codebook needs at least 2 entries of at least 1 number, got size={size}, dim={dim}")
+        if not 0 < decay < 1:
+            raise ValueError(f"decay must be between 0 and 1, got {decay}")
+        self.size, self.dim, self.decay, self.eps, self.dead = size, dim, decay, eps, dead
+        embed = torch.randn(size, dim) / math.sqrt(dim)
+        self.register_buffer("embed", embed)
+        self.register_buffer("embed_avg", embed.clone())
+        self.register_buffer("cluster_size", torch.ones(size))
+
+    def nearest(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, dim) -> (N,): the index of the nearest entry (squared Euclidean distance; the first on a tie)."""
+        distance = x.pow(2).sum(-1, keepdim=True) - 2 * x @ self.embed.T + self.embed.pow(2).sum(-1)  # (N, size)
+        return distance.argmin(-1)
+
+    def lookup(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (...) -> the entries (..., dim)."""
+        return F.embedding(codes, self.embed)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, codes: torch.Tensor, generator: torch.Generator | None = None) -> None:
+        """One moving-average step toward the vectors x (N, dim) assigned to `codes` (N,); then restart the entries
+        whose smoothed count is below `dead` on vectors of x drawn at random (with `generator`)."""
+        onehot = F.one_hot(codes, self.size).type(x.dtype)  # (N, size)
+        self.cluster_size.mul_(self.decay).add_(onehot.sum(0), alpha=1 - self.decay)  # (size,)
+        self.embed_avg.mul_(self.decay).add_(onehot.T @ x, alpha=1 - self.decay)  # (size, dim)
+        total = self.cluster_size.sum()
+        smoothed = (self.cluster_size + self.eps) / (total + self.size * self.eps) * total  # Laplace smoothing
+        self.embed.copy_(self.embed_avg / smoothed[:, None])
+        dead = self.cluster_size < self.dead  # (size,)
+        if dead.any():
+            picks = torch.randint(x.shape[0], (int(dead.sum()),), generator=generator, device=x.device)
+            self.embed[dead] = x[picks]
+            self.embed_avg[dead] = x[picks] * self.dead  # as if `dead` vectors had chosen it
+            self.cluster_size[dead] = self.dead
+
+
+class ResidualVectorQuantizer(nn.Module):
+    """`num_quantizers` codebooks of `size` entries, each coding what the ones before it left.
+
+    forward(x (..., dim), n=None) -> (quantized (..., dim) with straight-through gradients, codes (..., n),
+    commitment loss): n codebooks (all when None; in training, `dropout=True` draws n from 1..num_quantizers per
+    call, SoundStream's quantizer dropout). In training mode the codebooks also take one moving-average step.
+    encode(x, n) -> codes (..., n); decode(codes) -> (..., dim), for any number of codebooks up to num_quantizers.
+    """
+
+    def __init__(
+        self,
+        num_quantizers: int,
+        size: int,
+        dim: int,
+        *,
+        decay: float = 0.99,
+        dead: float = 2.0,
+        dropout: bool = False,
+    ):
+        super().__init__()
+        if num_quantizers < 1:
+            raise ValueError(f"num_quantizers must be at least 1, got {num_quantizers}")
+        self.num_quantizers, self.size, self.dim, self.dropout = num_quantizers, size, dim, dropout
+        self.layers = nn.ModuleList(nn.Module() for _ in range(num_quantizers))
+        for layer in self.layers:  # layers.{i}.codebook: the names EncodecResidualVectorQuantizer uses
+            layer.codebook = Codebook(size, dim, decay, dead=dead)
+
+    def _count(self, n: int | None) -> int:
+        n = self.num_quantizers if n is None else n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.num_quantizers:
+            raise ValueError(f"n must be a number of codebooks from 1 to {self.num_quantizers}, got {n!r}")
+        return n
+
+    def encode(self, x: torch.Tensor, n: int | None = None) -> torch.Tensor:
+        """x (..., dim) -> codes (..., n): each codebook's nearest entry to what the ones before it left."""
+        _check_vectors(x, self.dim)
+        n = self._count(n)
+        residual = x.reshape(-1, self.dim)  # (N, dim)
+        codes = []
+        for layer in self.layers[:n]:
+            chosen = layer.codebook.nearest(residual)  # (N,)
+            residual = residual - layer.codebook.lookup(chosen)
+            codes.append(chosen)
+        return torch.stack(codes, -1).reshape(*x.shape[:-1], n)  # (N, n) -> (..., n)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (..., n) -> (..., dim): the sum of the chosen entries of the first n codebooks."""
+        if codes.dtype not in (torch.int32, torch.int64) or codes.dim() < 1:
+            raise ValueError(f"codes must be integer ids (..., n), got {codes.dtype} of shape {tuple(codes.shape)}")
+        n = self._count(codes.shape[-1])
+        if codes.numel() and (codes.min() < 0 or codes.max() >= self.size):
+            raise ValueError(f"codes must be in [0, {self.size - 1}], got {int(codes.min())} to {int(codes.max())}")
+        return sum(layer.codebook.lookup(codes[..., i]) for i, layer in enumerate(self.layers[:n]))
+
+    def forward(
+        self, x: torch.Tensor, n: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (..., dim) -> (quantized (..., dim), codes (..., n), commitment loss): see the class docstring.
+        `generator` draws quantizer dropout's n and the restarted entries."""
+        _check_vectors(x, self.dim)
+        if n is None and self.training and self.dropout:
+            n = int(torch.randint(1, self.num_quantizers + 1, (), generator=generator))
+        n = self._count(n)
+        flat = x.reshape(-1, self.dim)  # (N, dim)
+        residual, total, codes, commitment = flat, torch.zeros_like(flat), [], flat.new_zeros(())
+        for layer in self.layers[:n]:
+            chosen = layer.codebook.nearest(residual.detach())  # (N,)
+            entry = layer.codebook.lookup(chosen)  # (N, dim)
+            commitment = commitment + F.mse_loss(residual, entry.detach())
+            if self.training:
+                layer.codebook.update(residual.detach(), chosen, generator)
+            residual = residual - entry.detach()
+            total = total + entry
+            codes.append(chosen)
+        quantized = flat + (total - flat).detach()  # straight through: the value of the codes, the gradient of x
+        return quantized.reshape(x.shape), torch.stack(codes, -1).reshape(*x.shape[:-1], n), commitment / n
+
+
+def bits_per_second(num_quantizers: int, size: int, frames_per_second: float) -> float:
+    """The bit rate of n codebooks of `size` entries at `frames_per_second`: n log2(size) bits a frame."""
+    return num_quantizers * math.log2(size) * frames_per_second
+
+
+def to_encodec(ours: ResidualVectorQuantizer):
+    """Our quantizer as Hugging Face's `EncodecResidualVectorQuantizer`, its buffers copied by name."""
+    from transformers import EncodecConfig
+    from transformers.models.encodec.modeling_encodec import EncodecResidualVectorQuantizer
+
+    config = EncodecConfig(codebook_size=ours.size, codebook_dim=ours.dim, hidden_size=ours.dim)
+    # transformers derives the number of codebooks from the largest bandwidth: 1000 * bandwidth // (frames a second *
+    # bits a code); half a bit a second more than ours need keeps the floor division off a rounding edge
+    per_codebook = config.frame_rate * config.codebook_nbits  # bits a second
+    config.target_bandwidths = [(ours.num_quantizers * per_codebook + 0.5) / 1000]
+    if config.num_quantizers != ours.num_quantizers:
+        raise ValueError(f"EncodecConfig gives {config.num_quantizers} codebooks for our {ours.num_quantizers}")
+    theirs = EncodecResidualVectorQuantizer(config)
+    missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
+    unloaded = [name for name in missing if not name.endswith(".inited")]
+    if unloaded or unexpected:
+        raise ValueError(f"EncodecResidualVectorQuantizer did not take our codebooks: {unloaded or unexpected}")
+    return theirs
+
+
+def from_encodec(theirs) -> ResidualVectorQuantizer:
+    """Hugging Face's `EncodecResidualVectorQuantizer` (or an `EncodecModel`'s `.quantizer`) as ours."""
+    first = theirs.layers[0].codebook.embed
+    ours = ResidualVectorQuantizer(len(theirs.layers), first.shape[0], first.shape[1])
+    state = {k: v for k, v in theirs.state_dict().items() if not k.endswith(".inited")}
+    ours.load_state_dict(state)
+    return ours
