@@ -13,7 +13,7 @@ __all__ = ["TransformerConfig", "ACTIVATIONS", "ROTARY_LAYOUTS"]
 
 _POSITIONAL = ("sinusoidal", "learned", "rope")
 #: The feed-forward activations, by name: the one list (layers.py maps each name to its function).
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "quick_gelu")
 #: Where each rotary pair's two dimensions sit: (i, i + r/2) as Hugging Face's Llama ("half"), or
 #: (2i, 2i + 1) as GPT-J and Meta's original Llama ("interleaved"). The one list (positional.py reads it).
 ROTARY_LAYOUTS = ("half", "interleaved")
@@ -50,7 +50,7 @@ class TransformerConfig:
     norm_first: bool = False  # False = post-LN as in the 2017 paper; True = pre-LN (GPT-2)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) as in the paper
     positional: str = "sinusoidal"  # "sinusoidal" (fixed, added), "learned" (added) or "rope" (rotary, in attention)
-    activation: str = "relu"  # feed-forward: "relu", "gelu", "gelu_tanh" (GPT-2) or "swiglu" (gated; Llama)
+    activation: str = "relu"  # feed-forward: "relu", "gelu", "gelu_tanh" (GPT-2), "swiglu" (Llama), "quick_gelu" (CLIP)
     final_norm: bool | None = None  # a norm after the last layer of each stack; None = norm_first
     eps: float = 1e-5  # added to the variance (LayerNorm) or mean square (RMSNorm) inside every norm
     tie_embeddings: bool = False  # share the output head's weights with the (target) embedding

@@ -1508,7 +1508,7 @@ def from_hf(hf_model: nn.Module) -> nn.Module:
     """A Hugging Face model of a registered family (`FAMILIES`) -> ours with its weights, in eval mode, on the CPU:
     a DecoderOnlyLM for the causal LMs, a bert.BertForMaskedLM or bert.BertClassifier for BERT, a
     vit.VisionTransformer for ViT, a speech.SpeechTranscriber for Whisper, a bart.BartForConditionalGeneration
-    for BART, a wav2vec2.Wav2Vec2ForCTC for wav2vec 2.0. Every field of the model's config is
+    for BART, a wav2vec2.Wav2Vec2ForCTC for wav2vec 2.0, a clip.CLIPModel for CLIP. Every field of the model's config is
     carried or refused by name: the conversion is written back with to_hf and the two configs compared."""
     family = FAMILIES.get(type(hf_model).__name__)
     if family is None:
@@ -1537,3 +1537,196 @@ def to_hf(ours: nn.Module) -> nn.Module:
         raise TypeError(f"to_hf takes one of {', '.join(k.__name__ for k in kinds)}, got {type(ours).__name__}")
     family = next(f for f in FAMILIES.values() if isinstance(ours, f.ours) and f.claims(ours.config))
     return family.save(ours)
+
+
+# ---- CLIP: two pre-LN towers, causal text and ViT-like images, joined by cosine similarity --------------------------
+# (transformer_lib.clip says what differs from the book's other encoders.) Our CLIPModel's config is its text tower's;
+# the vision tower's and the rest come from CLIPConfig when the model is built. The two towers' configs are compared
+# field by field after loading (_clip_finish): the top-level comparison sees each as one dict.
+
+_CLIP_TOWER_NO_EFFECT = {
+    "bos_token_id": "the start-of-text id: the forward pass reads only the end-of-text position",
+    "pad_token_id": "the padding id: padding comes after the end-of-text token, which a causal text tower reads",
+    "initializer_range": "how fresh weights are drawn",
+    "initializer_factor": "how fresh weights are drawn",
+    "projection_dim": "a copy of CLIPConfig's own, which is carried",
+}
+
+
+def _clip_tower(hf_tower) -> TransformerConfig:
+    """A CLIPTextConfig or CLIPVisionConfig -> the TransformerConfig of its encoder; a refusal names the field."""
+    from .clip import clip_config
+
+    is_text = hasattr(hf_tower, "vocab_size")
+    side = "text_config" if is_text else "vision_config"
+    if hf_tower.hidden_act != "quick_gelu":
+        raise ValueError(f"only CLIP's QuickGELU is supported, got {side}.hidden_act={hf_tower.hidden_act!r}")
+    for field in () if is_text else ("image_size", "patch_size"):
+        if not isinstance(getattr(hf_tower, field), int):
+            raise ValueError(f"our CLIP reads square images in square patches: got {side}.{field}="
+                             f"{getattr(hf_tower, field)!r}")  # fmt: skip
+    return clip_config(
+        vocab_size=hf_tower.vocab_size if is_text else 1,
+        d_model=hf_tower.hidden_size,
+        num_heads=hf_tower.num_attention_heads,
+        num_layers=hf_tower.num_hidden_layers,
+        d_ff=hf_tower.intermediate_size,
+        max_len=hf_tower.max_position_embeddings if is_text else (hf_tower.image_size // hf_tower.patch_size) ** 2 + 1,
+        eps=hf_tower.layer_norm_eps,
+        dropout=hf_tower.attention_dropout,  # theirs drops attention weights only, ours more: the same in eval mode
+    )
+
+
+def _clip_config(hf_config) -> TransformerConfig:
+    return _clip_tower(hf_config.text_config)
+
+
+def _clip_build(cfg: TransformerConfig, hf_config) -> nn.Module:
+    from .clip import CLIPModel
+
+    vision = hf_config.vision_config
+    eos = hf_config.text_config.eos_token_id
+    return CLIPModel(
+        cfg,
+        _clip_tower(vision),
+        image_size=vision.image_size,
+        patch_size=vision.patch_size,
+        channels=vision.num_channels,
+        projection_dim=hf_config.projection_dim,
+        eos_id=None if eos == 2 else eos,  # 2: transformers' older configs, read at the largest id (its own rule)
+        logit_scale=hf_config.logit_scale_init_value,
+    )
+
+
+def _clip_layer_names(ours: str, theirs: str, num_layers: int) -> list[tuple[str, str]]:
+    pairs = []
+    for i in range(num_layers):
+        a, b = f"{ours}.encoder.layers.{i}.", f"{theirs}.encoder.layers.{i}."
+        pairs += [
+            (f"{a}self_attn.q_proj", f"{b}self_attn.q_proj"),
+            (f"{a}self_attn.k_proj", f"{b}self_attn.k_proj"),
+            (f"{a}self_attn.v_proj", f"{b}self_attn.v_proj"),
+            (f"{a}self_attn.out_proj", f"{b}self_attn.out_proj"),
+            (f"{a}norm1", f"{b}layer_norm1"),
+            (f"{a}feed_forward.linear1", f"{b}mlp.fc1"),
+            (f"{a}feed_forward.linear2", f"{b}mlp.fc2"),
+            (f"{a}norm2", f"{b}layer_norm2"),
+        ]
+    return [(f"{a}.{w}", f"{b}.{w}") for a, b in pairs for w in ("weight", "bias")]
+
+
+def _clip_names(text_layers: int, vision_layers: int) -> list[tuple[str, str]]:
+    """(our name, transformers' name) for every tensor of CLIPModel."""
+    names = [
+        ("text.embed.weight", "text_model.embeddings.token_embedding.weight"),
+        ("text.position.weight", "text_model.embeddings.position_embedding.weight"),
+        ("text.encoder.norm.weight", "text_model.final_layer_norm.weight"),
+        ("text.encoder.norm.bias", "text_model.final_layer_norm.bias"),
+        ("image.cls_token", "vision_model.embeddings.class_embedding"),
+        ("image.patches.projection.weight", "vision_model.embeddings.patch_embedding.weight"),
+        ("image.position.weight", "vision_model.embeddings.position_embedding.weight"),
+        ("text_projection.weight", "text_projection.weight"),
+        ("image_projection.weight", "visual_projection.weight"),
+        ("logit_scale", "logit_scale"),
+    ]
+    for norm, theirs in (("pre_norm", "pre_layrnorm"), ("post_norm", "post_layernorm")):
+        names += [(f"image.{norm}.{w}", f"vision_model.{theirs}.{w}") for w in ("weight", "bias")]
+    return (
+        names
+        + _clip_layer_names("text", "text_model", text_layers)
+        + _clip_layer_names("image", "vision_model", vision_layers)
+    )
+
+
+def _clip_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    vision_layers = 1 + max(int(k.split(".")[3]) for k in theirs if k.startswith("vision_model.encoder.layers."))
+    return _renamed(theirs, _flipped(_clip_names(cfg.num_layers, vision_layers)))
+
+
+def _clip_save(ours: nn.Module) -> nn.Module:
+    import transformers
+
+    text, vision = ours.text.config, ours.image.config
+    tower = dict(hidden_act="quick_gelu")
+
+    def shape(cfg: TransformerConfig) -> dict:
+        return (
+            dict(
+                hidden_size=cfg.d_model,
+                num_attention_heads=cfg.num_heads,
+                num_hidden_layers=cfg.num_layers,
+                intermediate_size=cfg.d_ff,
+                layer_norm_eps=cfg.eps,
+                attention_dropout=cfg.dropout,
+                projection_dim=ours.text_projection.out_features,
+            )
+            | tower
+        )
+
+    for cfg, side in ((text, "text"), (vision, "image")):
+        if (cfg.norm_first, cfg.activation, cfg.bias, cfg.norm) != (True, "quick_gelu", True, "layer"):
+            raise ValueError(f"transformers' CLIP has pre-LN layers with biases, LayerNorm and QuickGELU; our {side} "
+                             f"tower has norm_first={cfg.norm_first}, activation={cfg.activation!r}, "
+                             f"bias={cfg.bias}, norm={cfg.norm!r}")  # fmt: skip
+        if cfg.num_kv_heads != cfg.num_heads:
+            raise ValueError(f"transformers' CLIP has one key and value per head; our {side} tower shares them")
+    eos = 2 if ours.text.eos_id is None else ours.text.eos_id  # transformers reads the largest id when it is 2
+    if ours.text.eos_id == 2:
+        raise ValueError("transformers' CLIP reads eos_token_id=2 as 'the largest id'; give the end of text another id")
+    hf_config = transformers.CLIPConfig(
+        text_config=shape(text)
+        | dict(vocab_size=text.vocab_size, max_position_embeddings=text.max_len, eos_token_id=eos)
+        | dict(bos_token_id=None, pad_token_id=None),  # no effect on the forward pass (_CLIP_TOWER_NO_EFFECT)
+        vision_config=shape(vision)
+        | dict(
+            image_size=ours.image.image_size,
+            patch_size=ours.image.patch_size,
+            num_channels=ours.image.patches.channels,
+        ),
+        projection_dim=ours.text_projection.out_features,
+        logit_scale_init_value=float(ours.logit_scale.detach()),
+    )
+    hf = transformers.CLIPModel(hf_config)
+    state = _renamed(ours.state_dict(), _clip_names(text.num_layers, vision.num_layers))
+    hf.load_state_dict(state, strict=True)
+    return hf.eval()
+
+
+def _clip_finish(ours: nn.Module, hf_model: nn.Module) -> None:
+    """Each tower's config, field by field: what ours would write back must be what was read."""
+    written = _clip_save(ours).config
+    for side in ("text_config", "vision_config"):
+        theirs, back = getattr(hf_model.config, side).to_dict(), getattr(written, side).to_dict()
+        skip = _NO_EFFECT.keys() | _CLIP_TOWER_NO_EFFECT.keys()
+        differ = {k: (theirs.get(k), back.get(k)) for k in theirs.keys() | back.keys()
+                  if k not in skip and theirs.get(k) != back.get(k)}  # fmt: skip
+        if differ:
+            fields = "; ".join(f"{side}.{k}={a!r} (ours would compute {b!r})" for k, (a, b) in sorted(differ.items()))
+            raise ValueError(f"from_hf cannot carry every field of this CLIP config: {fields}")
+
+
+def _clip_registration() -> None:
+    from .clip import CLIPModel
+
+    _register(
+        Family(
+            "CLIP",
+            "CLIPModel",
+            _clip_config,
+            _clip_load,
+            _clip_save,
+            lambda c: True,
+            ours=CLIPModel,
+            build=_clip_build,
+            no_effect=(
+                ("text_config", "compared field by field after loading (_clip_finish)"),
+                ("vision_config", "compared field by field after loading (_clip_finish)"),
+                ("logit_scale_init_value", "the starting temperature: the loaded logit_scale is the model's"),
+                ("initializer_factor", "how fresh weights are drawn"),
+            ),
+            finish=_clip_finish,
+        )
+    )
+
+
+_clip_registration()

@@ -25,6 +25,7 @@ _FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
     "swiglu": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's: GELU approximated by a sigmoid
 }
 assert tuple(_FUNCTIONS) == ACTIVATIONS, "config.ACTIVATIONS and the functions here must name the same activations"
 

@@ -107,10 +107,10 @@ def shuffle_patches(images: torch.Tensor, patch: int, generator: torch.Generator
 class PatchEmbedding(nn.Module):
     """images (B, C, H, W) -> one vector per patch (B, N, d_model): a convolution with kernel = stride = patch."""
 
-    def __init__(self, channels: int, d_model: int, patch: int):
+    def __init__(self, channels: int, d_model: int, patch: int, bias: bool = True):
         super().__init__()
         self.patch, self.channels = patch, channels
-        self.projection = nn.Conv2d(channels, d_model, kernel_size=patch, stride=patch)
+        self.projection = nn.Conv2d(channels, d_model, kernel_size=patch, stride=patch, bias=bias)  # CLIP's: no bias
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images (B, C, H, W) -> (B, N, d_model): one vector per patch, patches row by row."""

@@ -258,6 +258,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         "BartForConditionalGeneration",
         "Wav2Vec2ForCTC",
         "Wav2Vec2ForPreTraining",
+        "CLIPModel",
     ]
     base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64, norm_first=True)
     for fields, family in (
@@ -275,6 +276,16 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
     for model, family in (
         (tl.bert.BertForMaskedLM(small), "BERT (masked LM)"),
         (tl.bert.BertClassifier(small), "BERT (classifier)"),
+        (
+            tl.clip.CLIPModel(
+                tl.clip.clip_config(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=16),
+                tl.clip.clip_config(vocab_size=1, d_model=32, num_heads=4, num_layers=1, max_len=5),
+                image_size=4,
+                patch_size=2,
+                eos_id=3,
+            ),
+            "CLIP",
+        ),
     ):
         assert (
             next(f for f in tl.hf.FAMILIES.values() if isinstance(model, f.ours) and f.claims(model.config)).name

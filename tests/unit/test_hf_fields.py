@@ -76,6 +76,32 @@ SMALL = {
         | dict(conv_dim=(6, 7), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=4)
         | dict(num_conv_pos_embedding_groups=2, codevector_dim=8, proj_codevector_dim=8, num_codevectors_per_group=5),
     ),
+    "CLIPModel": (
+        "CLIPConfig",
+        dict(projection_dim=8)
+        | dict(
+            text_config=dict(
+                vocab_size=40,
+                hidden_size=16,
+                intermediate_size=24,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                max_position_embeddings=12,
+                eos_token_id=5,
+            )
+        )
+        | dict(
+            vision_config=dict(
+                hidden_size=12,
+                intermediate_size=20,
+                num_hidden_layers=1,
+                num_attention_heads=3,
+                image_size=8,
+                patch_size=4,
+                num_channels=3,
+            )
+        ),
+    ),  # fmt: skip
 }
 # the other values of the fields that name a choice
 CHOICES = {
@@ -120,6 +146,14 @@ def _outputs(model, config, kind: str, ours: bool):
                 out.codevector_perplexity,
             )
         return torch.cat([context, targets, perplexity.expand(*context.shape[:2], 1)], dim=-1)
+    if kind == "CLIPModel":  # each text read at its end-of-text id (at its largest id when the config says 2)
+        text, vision = config.text_config, config.vision_config
+        images = torch.randn(2, vision.num_channels, vision.image_size, vision.image_size, generator=g)
+        end = text.vocab_size - 1 if text.eos_token_id == 2 else text.eos_token_id
+        ids = torch.randint(0, text.vocab_size - 1, (2, 7), generator=g)
+        ids[ids == end] = (end + 1) % (text.vocab_size - 1)
+        ids[0, 6], ids[1, 3] = end, end
+        return model(images, ids) if ours else model(input_ids=ids, pixel_values=images).logits_per_image
     pad = getattr(config, "pad_token_id", None)
     ids = torch.randint(0, config.vocab_size - 1, (2, 7), generator=g)
     if pad is not None:
@@ -135,6 +169,9 @@ def _outputs(model, config, kind: str, ours: bool):
 
 
 def _variants(key, value):
+    if isinstance(value, dict):  # a config inside the config (CLIP's towers): each of its fields in turn
+        return [value | {inner: new} for inner, old in sorted(value.items()) if inner not in SKIP
+                for new in _variants(inner, old)]  # fmt: skip
     if key in CHOICES:
         return [v for v in CHOICES[key] if v != value]
     if isinstance(value, bool):

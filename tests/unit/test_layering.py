@@ -47,6 +47,7 @@ LATER = [
     "wav2vec2",
     "codec",
     "flash",
+    "clip",
     "hf",
     "export",
     "recipes",

@@ -87,7 +87,8 @@ def test_one_list_of_activations_and_of_rotary_layouts():
     assert positional.ROTARY_LAYOUTS is config.ROTARY_LAYOUTS
     for name in config.ACTIVATIONS:
         tl.FeedForward(4, 8, activation=name)
-    with pytest.raises(ValueError, match=r"activation must be one of \('relu', 'gelu', 'gelu_tanh', 'swiglu'\)"):
+    names = r"\('relu', 'gelu', 'gelu_tanh', 'swiglu', 'quick_gelu'\)"
+    with pytest.raises(ValueError, match=rf"activation must be one of {names}"):
         tl.FeedForward(4, 8, activation="tanh")
 
 
