@@ -12,7 +12,7 @@ function is added to its module's list and nowhere else.
 import importlib
 
 from . import bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe, quantization  # noqa: F401
-from . import recipes  # noqa: F401
+from . import recipes, speculative  # noqa: F401
 from . import speech, surgery, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
@@ -56,7 +56,8 @@ _ROOT = (
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
-# CTC, BART's noising, wav2vec 2.0's parts, a codec's residual vector quantizer, FlashAttention written out, CLIP
+# CTC, BART's noising, wav2vec 2.0's parts, a codec's residual vector quantizer, FlashAttention written out, CLIP,
+# speculative decoding
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -79,6 +80,7 @@ _SUBMODULES = (
     "codec",
     "flash",
     "clip",
+    "speculative",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -48,6 +48,7 @@ LATER = [
     "codec",
     "flash",
     "clip",
+    "speculative",
     "hf",
     "export",
     "recipes",
