@@ -11,7 +11,8 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe, quantization  # noqa: F401
+from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe  # noqa: F401
+from . import quantization  # noqa: F401
 from . import recipes, speculative  # noqa: F401
 from . import speech, surgery, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
@@ -57,7 +58,7 @@ _ROOT = (
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
 # CTC, BART's noising, wav2vec 2.0's parts, a codec's residual vector quantizer, FlashAttention written out, CLIP,
-# speculative decoding
+# speculative decoding, addition written out
 _SUBMODULES = (
     "corpus",
     "recipes",
@@ -81,6 +82,7 @@ _SUBMODULES = (
     "flash",
     "clip",
     "speculative",
+    "arithmetic",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

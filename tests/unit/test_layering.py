@@ -49,6 +49,7 @@ LATER = [
     "flash",
     "clip",
     "speculative",
+    "arithmetic",
     "hf",
     "export",
     "recipes",
