@@ -12,9 +12,7 @@ function is added to its module's list and nowhere else.
 import importlib
 
 from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe  # noqa: F401
-from . import quantization  # noqa: F401
-from . import recipes, speculative  # noqa: F401
-from . import speech, surgery, vit, wav2vec2  # noqa: F401
+from . import quantization, recipes, speculative, speech, surgery, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
