@@ -61,6 +61,7 @@ class TextTower(nn.Module):
         self.encoder = Encoder(cfg)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) -> (B, d_model): each text's vector at its end-of-text position."""
         if tokens.dim() != 2 or tokens.dtype not in (torch.int32, torch.int64):
             raise ValueError(f"tokens must be integer ids (B, T), got {tokens.dtype} of shape {tuple(tokens.shape)}")
         B, T = tokens.shape
@@ -97,6 +98,7 @@ class ImageTower(nn.Module):
         self.post_norm = LayerNorm(cfg.d_model, cfg.eps)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> (B, d_model): the class token's last vector, LayerNormed."""
         if images.dim() != 4 or images.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(f"images must be (B, C, {self.image_size}, {self.image_size}), got {tuple(images.shape)}")
         x = self.patches(images)  # (B, N, d)
@@ -139,6 +141,7 @@ class CLIPModel(nn.Module):
         return F.normalize(self.image_projection(self.image(images)), dim=-1)
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """images (B_i, C, H, W), tokens (B_t, T) -> logits_per_image (B_i, B_t); its transpose is per text."""
         return self.logit_scale.exp() * self.encode_image(images) @ self.encode_text(tokens).T  # (B_i, B_t)
 
 
