@@ -69,6 +69,12 @@ def _tile_scores(q_tile, k_tile, scale, causal, q0, k0):
     return s
 
 
+def _key_starts(q0: int, rows: int, Tk: int, causal: bool, block_k: int) -> range:
+    """Where the key tiles start for the query tile of `rows` rows from q0: every tile, or, causal, only those with a
+    key at or before the tile's last query (the rest are wholly masked)."""
+    return range(0, min(Tk, q0 + rows) if causal else Tk, block_k)
+
+
 def flash_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -90,8 +96,7 @@ def flash_forward(
         m = torch.full(q_tile.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)  # (..., bq)
         total = torch.zeros_like(m)  # (..., bq)
         acc = torch.zeros(*q_tile.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)  # (..., bq, dv)
-        last = min(Tk, q0 + q_tile.shape[-2]) if causal else Tk  # causal: keys past the tile's last query are masked
-        for k0 in range(0, last, block_k):
+        for k0 in _key_starts(q0, q_tile.shape[-2], Tk, causal, block_k):
             s = _tile_scores(q_tile, k[..., k0 : k0 + block_k, :], scale, causal, q0, k0)  # (..., bq, bk)
             new = torch.maximum(m, s.amax(-1))  # (..., bq)
             safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)  # a row with nothing seen yet
@@ -125,8 +130,7 @@ def flash_backward(
     for q0 in range(0, Tq, block_q):
         rows = slice(q0, q0 + block_q)
         q_tile, do_tile = q[..., rows, :], grad_out[..., rows, :]  # (..., bq, d), (..., bq, dv)
-        last = min(Tk, q0 + q_tile.shape[-2]) if causal else Tk
-        for k0 in range(0, last, block_k):
+        for k0 in _key_starts(q0, q_tile.shape[-2], Tk, causal, block_k):
             cols = slice(k0, k0 + block_k)
             s = _tile_scores(q_tile, k[..., cols, :], scale, causal, q0, k0)  # (..., bq, bk)
             p = torch.exp(s - lse[..., rows, None])  # (..., bq, bk): the weights, as the forward pass had them

@@ -24,7 +24,7 @@ from transformer_lib import chat
 
 from .checks import network_problems
 from .conftest import ROOT, _missing
-from .test_playground import ANSWERED, BUILT, _agreement, _open, _status_after
+from .test_playground import ANSWERED, BUILT, _agreement, _open, _status_after, tab_to
 
 pytestmark = pytest.mark.browser
 KEYS = ["assistant_base", "assistant_sft", "assistant_grpo"]  # meta.json's keys, the table's rows in order
@@ -243,22 +243,15 @@ def test_the_page_works_from_the_keyboard(page, site_url, expected, meta):
     reaches the example buttons, and Enter or Space on one asks its line."""
     _open_all(page, site_url)
 
-    def tab_to(selector: str) -> None:
-        for _ in range(150):
-            page.keyboard.press("Tab")
-            if page.evaluate("s => document.activeElement === document.querySelector(s)", selector):
-                return
-        pytest.fail(f"Tab never reached {selector}")
-
     cases = {case["line"]: case for case in expected["lines"]}
-    tab_to("#assistant-line")
+    tab_to(page, "#assistant-line")
     page.keyboard.press("Control+A")
     line = expected["lines"][2]["line"]
     page.keyboard.type(line)
     assert _status_after(page, "assistant-status", lambda: page.keyboard.press("Enter")) == _status(cases[line])
     assert page.get_attribute("#assistant-status", "aria-live") == "polite"
     for key, line in (("Enter", expected["examples"][3]), (" ", expected["examples"][4])):
-        tab_to(f"#assistant-examples [data-line='{line}']")
+        tab_to(page, f"#assistant-examples [data-line='{line}']")
         assert _status_after(page, "assistant-status", lambda key=key: page.keyboard.press(key)) == _status(cases[line])
         assert all(_assert_answers(page, cases[line], meta).values())
     unlabelled = page.eval_on_selector_all(

@@ -66,6 +66,26 @@ def built_entry(key: str, path: str) -> dict:
     return everything[key]
 
 
+def tab_to(page, selector: str, presses: int = 150) -> None:
+    """Press Tab until the element `selector` has the focus; fail when it never does."""
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        if page.evaluate("s => document.activeElement === document.querySelector(s)", selector):
+            return
+    pytest.fail(f"Tab never reached {selector}")
+
+
+def refused(page, prefix: str, text: str, field: str = "text", button: str = "go") -> str:
+    """Type `text` into #<prefix>-<field>, press #<prefix>-<button>, wait for the page's alert (#<prefix>-error);
+    require the alert's role and the field marked invalid; return the message."""
+    page.fill(f"#{prefix}-{field}", text)
+    page.click(f"#{prefix}-{button}")
+    page.wait_for_function("s => document.querySelector(s).textContent !== ''", arg=f"#{prefix}-error", timeout=10_000)
+    assert page.get_attribute(f"#{prefix}-error", "role") == "alert"
+    assert page.get_attribute(f"#{prefix}-{field}", "aria-invalid") == "true"
+    return page.text_content(f"#{prefix}-error")
+
+
 def _open(page, site_url, key, request=None):
     """Open a playground and wait for its first answer (the page answers its default input by itself)."""
     response = page.goto(f"{site_url}/book/playground/{PAGES[key]}.html", wait_until="load")
