@@ -146,9 +146,10 @@ def _prefill(model: _LanguageModel, prompt: torch.Tensor, caches: list) -> torch
 
     Rows that repeat a prompt (several samples of one request, as pass@k and GRPO draw them) are run once, and
     their keys and values copied to every row that asked for them: each row's numbers are computed alone
-    either way, so the samples are the same, for a fraction of the work."""
+    either way, so the samples are the same, for a fraction of the work. A model in training mode runs every row
+    (its dropout would draw other masks for one run than for several)."""
     unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)  # (U, T0), (B,)
-    if unique.shape[0] == prompt.shape[0]:
+    if unique.shape[0] == prompt.shape[0] or model.training:
         return model(prompt, caches, checked=True)[:, -1]
     once = model.new_cache()  # (U, h, T0, d_k) per layer, no capacity: copied below
     logits = model(unique, once, checked=True)[:, -1]  # (U, V)
@@ -268,7 +269,8 @@ def beam_candidates(
     once it has beam_size). A search that finished none after max_new_tokens ranks what it still has alive
     (without EOS), as beam_search does.
     """
-    if src.dim() != 2 or src.shape[0] != 1:
+    check_token_batch(src, "src")
+    if src.shape[0] != 1:
         raise ValueError(f"beam_candidates searches one source: src must be (1, S), got {tuple(src.shape)}")
     (row,) = _search(model, src, bos_id, eos_id, max_new_tokens, beam_size, length_penalty)
     ranked = sorted(range(len(row)), key=lambda i: -row[i][0])  # stable: ties keep the order they finished in

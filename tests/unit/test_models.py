@@ -87,6 +87,12 @@ def test_repeated_prompts_are_run_once_and_sample_as_if_each_ran_alone(monkeypat
     alone = lm.generate(prompt, 12, temperature=1.0, rng=torch.Generator().manual_seed(9))
     assert torch.equal(shared, alone)
     assert not torch.equal(shared[0], shared[2])  # the rows that share a prompt still draw their own samples
+    batches.clear()
+    monkeypatch.undo()
+    monkeypatch.setattr(lm.embed, "forward", lambda ids, *a, **k: batches.append(ids.shape[0]) or embed(ids, *a, **k))
+    lm.train()  # dropout would draw one mask for the shared run: every row runs
+    lm.generate(prompt, 2, temperature=1.0, rng=torch.Generator().manual_seed(9))
+    assert batches[0] == 6
 
 
 def test_top_k_one_is_greedy():
