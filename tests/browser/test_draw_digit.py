@@ -24,7 +24,7 @@ from transformer_lib.export import with_attention
 
 from .checks import network_problems
 from .conftest import ROOT
-from .test_playground import _agreement, _open, built_entry
+from .test_playground import _agreement, _open, built_entry, unlabelled_controls
 
 pytestmark = pytest.mark.browser
 KEY = "draw_digit"
@@ -227,11 +227,7 @@ def test_the_keyboard_alone_draws_a_digit_and_gets_the_answer_that_the_mouse_get
     weights, itself = _shown_attention(page)
     want = case["attention"][info["layers"] - 2][0]
     assert max(abs(a - b) for a, b in zip([itself, *weights], want)) <= WEIGHT
-    unlabelled = page.eval_on_selector_all(
-        ".playground input, .playground select, .playground textarea, .playground button",
-        "els => els.filter(e => e.tagName !== 'BUTTON' ? !e.labels || !e.labels.length : !e.textContent.trim())"
-        ".map(e => e.id)",
-    )
+    unlabelled = unlabelled_controls(page)
     assert not unlabelled, unlabelled
     assert page.get_attribute("#draw-grid", "role") == "grid"
     assert page.get_attribute("#draw-canvas", "aria-hidden") == "true"  # the grid is its accessible twin

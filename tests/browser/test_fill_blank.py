@@ -22,7 +22,7 @@ import transformer_lib as tl
 
 from .checks import network_problems
 from .conftest import ROOT
-from .test_playground import _agreement, _open, _status_after, built_entry, refused, tab_to
+from .test_playground import _agreement, _open, _status_after, built_entry, refused, tab_to, unlabelled_controls
 
 pytestmark = pytest.mark.browser
 KEY = "fill_blank"
@@ -201,11 +201,7 @@ def test_the_page_works_from_the_keyboard(page, site_url, expected, info):
     weights = _shown_attention(page)[1]
     want = case["attention"][info["layers"] - 2][0]
     assert max(abs(a - b) for a, b in zip(weights, want)) <= WEIGHT
-    unlabelled = page.eval_on_selector_all(
-        ".playground input, .playground select, .playground textarea, .playground button",
-        "els => els.filter(e => e.tagName !== 'BUTTON' ? !e.labels || !e.labels.length : !e.textContent.trim())"
-        ".map(e => e.id)",
-    )
+    unlabelled = unlabelled_controls(page)
     assert not unlabelled, unlabelled
 
 

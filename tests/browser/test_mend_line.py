@@ -22,7 +22,7 @@ from transformer_lib.pretraining import UNK
 
 from .checks import network_problems
 from .conftest import ROOT
-from .test_playground import _open, _status_after, built_entry, refused, tab_to
+from .test_playground import _open, _status_after, built_entry, refused, tab_to, unlabelled_controls
 
 pytestmark = pytest.mark.browser
 KEY = "mend_line"
@@ -167,11 +167,7 @@ def test_the_page_works_from_the_keyboard(page, site_url, expected):
     tab_to(page, "#mend-go")
     _status_after(page, "mend-status", lambda: page.keyboard.press("Enter"), timeout=120_000)
     assert [r["ids"] for r in _shown(page)] == [c["ids"] for c in case["searches"]["2"]["candidates"]]
-    unlabelled = page.eval_on_selector_all(
-        ".playground input, .playground select, .playground textarea, .playground button",
-        "els => els.filter(e => e.tagName !== 'BUTTON' ? !e.labels || !e.labels.length : !e.textContent.trim())"
-        ".map(e => e.id)",
-    )
+    unlabelled = unlabelled_controls(page)
     assert not unlabelled, unlabelled
 
 
