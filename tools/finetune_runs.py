@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 _, result = pretraining.fine_tune(method, pretrained, task, budget, seed, pooling=args.pooling)
                 correct = result.pop("test correct", None)  # (300,) bool: each test speech right or not
+                result.pop("history", None)  # the losses of every step: not kept
                 record = {"seed": seed, **{k.replace(" ", "_"): v for k, v in result.items()}}
                 if correct is not None:  # one character per test speech, "1" where right, in the test's order
                     record["test_correct"] = "".join("1" if c else "0" for c in correct.tolist())
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-FORGETTING = {"budget": 425, "max_len": 16, "windows": 300, "masking seeds": [0, 1]}  # chapter 15's exercise 3
+FORGETTING = recipes.FORGETTING  # chapter 15's "What fine-tuning costs" and exercise 3
 
 
 def forgetting(data: dict, pretrained, methods: list[str], args: argparse.Namespace) -> None:

@@ -273,9 +273,9 @@ def fine_tune(
     "mean", the mean of the words' last hidden vectors, as the probe reads them (MeanPooledClassifier, no pooler).
     `seed` picks the budget's speeches, the new weights and dropout's masks; `device` is where they train (default:
     the pre-trained model's; the pre-trained model is moved there). Returns (model, {"test accuracy",
-    "trainable parameters", "seconds", "test correct"}), the last a (T,) bool tensor: each test speech right or
-    not. Every method takes `steps` AdamW steps of 16 speeches (the probe: of the whole
-    budget at once).
+    "trainable parameters", "seconds", "test correct", "history"}): "test correct" is a (T,) bool tensor, each test
+    speech right or not, and "history" is `fit`'s History of the training steps. Every method takes `steps` AdamW
+    steps of 16 speeches (the probe: of the whole budget at once).
     """
     if method not in ALL_METHODS:
         raise ValueError(f"method must be one of {ALL_METHODS}, got {method!r}")
@@ -312,6 +312,7 @@ def fine_tune(
                 "trainable parameters": float(sum(p.numel() for p in probe.parameters())),
                 "seconds": history.seconds,
                 "test correct": right,
+                "history": history,
             }
         if pooling == "cls":
             model = BertClassifier(pretrained.config, 2).to(device)
@@ -350,6 +351,7 @@ def fine_tune(
         "trainable parameters": float(trainable),
         "seconds": history.seconds,
         "test correct": right,
+        "history": history,
     }
 
 

@@ -136,6 +136,7 @@ __all__ = [
     "masked_accuracy",
     "BERT_WINDOW",
     "LABEL_BUDGETS",
+    "FORGETTING",
     "finetune_runs_path",
     "load_finetune_runs",
     "digits_vit",
@@ -687,6 +688,32 @@ def load_finetune_runs(path: Path | None = None) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no learning-curve results at {path}; run `python tools/finetune_runs.py`")
     return json.loads(path.read_text())
+
+
+# What full fine-tuning and LoRA cost the masked-word task (chapter 15's "What fine-tuning costs" and exercise 3):
+# fine_tune on all 425 labelled speeches of the pool, each cut to [CLS], 14 words and marks, [SEP]; measured on the
+# first 300 held-out windows at masking seeds 0 and 1 (`python tools/finetune_runs.py --forgetting` writes the runs).
+FORGETTING = {"budget": 425, "max_len": 16, "windows": 300, "masking seeds": [0, 1]}
+
+
+def _plays_bert_order(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """Chapter 15's exercise 3 ships its fine-tuned model: the shipped plays_bert fully fine-tuned on the order task
+    as FORGETTING says, with fine_tune("full", ..., seed=0): 200 AdamW steps of 16 speeches, about 5 s on one laptop
+    core. The same run as the forgetting runs' full fine-tuning at seed 0. One evaluation, after the last step: the
+    test accuracy on the order task (the same cut)."""
+    from .checkpoints import load_checkpoint
+    from .pretraining import fine_tune, order_split
+
+    vocab, _, _ = plays_mlm_data()
+    with torch.random.fork_rng():  # building the model draws initial weights, which the checkpoint replaces
+        pretrained, _ = load_checkpoint("plays_bert")
+    short = order_split(vocab, FORGETTING["max_len"])
+    more = {"steps": steps} if steps else {}  # fine_tune's own 200 steps unless told
+    model, result = fine_tune("full", pretrained, short, FORGETTING["budget"], seed=0, progress=progress, **more)
+    history = result["history"]
+    history.eval_steps.append(history.steps[-1])
+    history.evals.append({"test accuracy": result["test accuracy"]})
+    return model, history, {"num_classes": 2}
 
 
 def load_transfer_runs(path: Path | None = None) -> dict:
@@ -1791,6 +1818,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "twelfth_night_lora": lambda steps=None, progress=False: _adapt("lora", steps, progress),
     "twelfth_night_full": lambda steps=None, progress=False: _adapt("full", steps, progress),
     "plays_bert": _plays_bert,
+    "plays_bert_order": _plays_bert_order,
     "digits_vit": _digits_vit,
     "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
