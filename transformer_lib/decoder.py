@@ -205,40 +205,56 @@ def _attention_step(
 
 
 def plain_decoder_step(
-    decoder: Decoder, memory: torch.Tensor, memory_mask: torch.Tensor | None, capacity: int
+    decoder: Decoder,
+    memory: torch.Tensor | None,
+    memory_mask: torch.Tensor | None,
+    capacity: int,
+    caches: list[KVCache] | None = None,
 ) -> Step | None:
     """The decoder's cached step, x (B, 1, d_model) -> (B, 1, d_model), or None where it would not be exact.
 
-    Builds one KVCache of `capacity` positions per layer for the self-attention and projects the
-    memory's keys and values once; each call then feeds the next position, as `Decoder.forward`
-    with caches and cross caches does, through the same operations on the same inputs.
+    With a memory (an encoder-decoder), builds one KVCache of `capacity` positions per layer for the
+    self-attention and projects the memory's keys and values once; each call then feeds the next
+    position, as `Decoder.forward` with caches and cross caches does, through the same operations on
+    the same inputs. With memory None (a decoder without cross-attention: a language model's), the
+    layers read and extend `caches` instead, one KVCache per layer that the modules filled with the
+    prompt's keys and values, as `Decoder.forward` with caches does.
     None where the modules must run as modules (`runs_as_written`), and for anything this function
     does not reproduce: a subclass of a layer or of its attention, RoPE, grouped-query attention,
-    a parallel block, a layer without cross-attention.
+    a parallel block, a layer with cross-attention and no memory or the other way round.
     """
+    if caches is not None and len(caches) != len(decoder.layers):
+        raise ValueError(f"expected one KVCache per layer ({len(decoder.layers)}), got {len(caches)}")
     if type(decoder) is not Decoder or not runs_as_written(decoder):
         return None
     layers = []  # per layer: (its wiring is pre-LN, [(norm, sublayer), ...])
-    for layer in decoder.layers:
-        if type(layer) is not DecoderLayer or layer.config.parallel_block or layer.cross_attn is None:
+    for i, layer in enumerate(decoder.layers):
+        if (
+            type(layer) is not DecoderLayer
+            or layer.config.parallel_block
+            or (layer.cross_attn is None) != (memory is None)
+        ):
             return None
-        if not (_plain_attention(layer.self_attn) and _plain_attention(layer.cross_attn)):
+        if not _plain_attention(layer.self_attn) or memory is not None and not _plain_attention(layer.cross_attn):
             return None
-        cross = layer.cross_attn
-        keys = cross.split_heads(cross.k_proj(memory))  # (B, h, S, d_k): once per source
-        values = cross.split_heads(cross.v_proj(memory))  # (B, h, S, d_k)
-        sublayers = [
-            (plain_function(layer.attn_norm), _attention_step(layer.self_attn, cache=KVCache(capacity))),
-            (plain_function(layer.cross_norm), _attention_step(cross, keys=keys, values=values, mask=memory_mask)),
-        ]
+        cache = KVCache(capacity) if caches is None else caches[i]
+        sublayers = [(plain_function(layer.attn_norm), _attention_step(layer.self_attn, cache=cache))]
+        if memory is not None:
+            cross = layer.cross_attn
+            keys = cross.split_heads(cross.k_proj(memory))  # (B, h, S, d_k): once per source
+            values = cross.split_heads(cross.v_proj(memory))  # (B, h, S, d_k)
+            step = _attention_step(cross, keys=keys, values=values, mask=memory_mask)
+            sublayers.append((plain_function(layer.cross_norm), step))
         if layer.feed_forward is not None:
             sublayers.append((plain_function(layer.ff_norm), plain_function(layer.feed_forward)))
         layers.append((layer.config.norm_first, sublayers))
     final_norm = None if decoder.norm is None else plain_function(decoder.norm)
-    shape = (memory.shape[0], 1, decoder.config.d_model)
+    d_model = decoder.config.d_model
+    batch = None if memory is None else memory.shape[0]  # a language model's batch is the caches': any
 
     def step(x: torch.Tensor) -> torch.Tensor:
-        if x.shape != shape:
+        if x.dim() != 3 or x.shape[1:] != (1, d_model) or batch is not None and x.shape[0] != batch:
+            shape = f"({'B' if batch is None else batch}, 1, {d_model})"
             raise ValueError(f"a cached step takes one position, shape {shape}, got {tuple(x.shape)}")
         for pre_ln, sublayers in layers:
             for norm, f in sublayers:  # `residual`'s wiring, in eval mode: its dropout is the identity

@@ -4,7 +4,8 @@ The functions take the model as their first argument; `DecoderOnlyLM.generate`,
 `Transformer.greedy_decode` and `Transformer.beam_search` call them. This module sits below models.py
 and never imports it: a model is anything with the methods a rule calls (a decoder-only model is called
 on tokens and has `new_cache` and `config`; an encoder-decoder has `encode`, `decode`, `make_src_mask`,
-`new_cache`, `new_cross_cache` and `pad_id`, and may have `plain_step`).
+`new_cache`, `new_cross_cache` and `pad_id`; either may have `plain_step`, its cached step without module
+dispatch).
 
     out = generate(lm, prompt, max_new_tokens=50, temperature=0.8, top_k=20)  # decoder-only
     out = greedy_decode(model, src, bos_id, eos_id, max_new_tokens=10)  # encoder-decoder
@@ -120,6 +121,8 @@ def generate(
     With use_cache, earlier keys and values are kept, so each step feeds one token. rng: a
     torch.Generator on the model's device, for samples that repeat. Every generated id, the padding
     id included, is context for the next step: the decoder-only model masks no token as padding.
+    Where the model offers it (`DecoderOnlyLM.plain_step`), each cached step after the prompt runs as
+    plain functions over the weights: the same numbers, without nn.Module's dispatch.
     """
     check_token_batch(prompt, "prompt")
     check_token_ids(prompt, model.config.vocab_size, "prompt")
@@ -133,8 +136,12 @@ def generate(
     out = prompt
     caches = model.new_cache(capacity=total) if use_cache else None
     logits = _prefill(model, prompt, caches) if use_cache else None  # (B, V): the prompt's last position
+    plain_step = getattr(model, "plain_step", None) if use_cache and max_new_tokens > 1 else None
+    plain = plain_step(caches) if plain_step is not None else None  # DecoderOnlyLM.plain_step, where exact
     for step in range(max_new_tokens):
-        if step or not use_cache:  # the ids were checked once, above: no wait for the device at each step
+        if step and plain is not None:  # the same numbers without module dispatch
+            logits = plain(out[:, -1:], caches[0].length)  # (B, V)
+        elif step or not use_cache:  # the ids were checked once, above: no wait for the device at each step
             logits = model(out[:, -1:] if use_cache else out, caches, checked=True)[:, -1]  # (B, V)
         next_id = _sample_next(logits, temperature, top_k, rng, top_p)  # (B, 1)
         out = torch.cat([out, next_id], dim=1)  # (B, t + 1)

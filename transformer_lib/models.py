@@ -268,6 +268,30 @@ class DecoderOnlyLM(nn.Module):
         x = self.decoder(x, tgt_mask=mask, caches=caches)  # (B, T, d_model)
         return self.head(x)  # (B, T, V)
 
+    def plain_step(self, caches: list[KVCache]) -> Callable[[torch.Tensor, int], torch.Tensor] | None:
+        """generate's cached step as plain functions: (ids (B, 1), position) -> logits (B, V), or None.
+
+        `caches` hold the prompt's keys and values (the modules' prefill); each call feeds one new token
+        and extends them, with the same numbers as `forward` with caches, without nn.Module's dispatch on
+        every call (`decoder.plain_decoder_step`). None where the modules must run as modules (a hook,
+        training mode, a subclass that changes forward or the caches) or the decoder is one the plain step
+        does not reproduce (RoPE, grouped-query attention, a parallel block).
+        """
+        mine = all(getattr(type(self), m) is getattr(DecoderOnlyLM, m) for m in ("forward", "new_cache"))
+        plain = mine and runs_as_written(self)
+        if not plain or type(self.embed) is not TokenEmbedding or type(self.pos) not in _ADDED:
+            return None
+        layers = plain_decoder_step(self.decoder, None, None, 0, caches=caches)
+        if layers is None:
+            return None
+        embed, positions, head = self.embed.forward, self.pos.forward, plain_function(self.head)
+
+        def step(ids: torch.Tensor, position: int) -> torch.Tensor:
+            x = positions(embed(ids, checked=True), offset=position)  # (B, 1, d_model)
+            return head(layers(x))[:, -1]  # (B, 1, d_model) -> (B, V)
+
+        return step
+
     def generate(
         self,
         prompt: torch.Tensor,

@@ -169,3 +169,98 @@ def test_a_model_with_its_own_caches_takes_the_modules():
     other = OwnCache(vocab_size=13, **SMALL).eval()
     with torch.inference_mode():
         assert other.plain_step(other.encode(SRC), None, 3) is None
+
+
+# ---- the decoder-only model's step (DecoderOnlyLM.plain_step, taken by generate) ----------------------------------
+
+LM_CONFIGS = [
+    {},
+    {"norm_first": True, "final_norm": True},
+    {"norm": "rms", "norm_first": True},
+    {"activation": "gelu", "positional": "sinusoidal"},
+    {"activation": "swiglu", "bias": False},
+    {"tie_embeddings": True, "scale_embedding": True},
+    {"attention_only": True},
+    {"num_experts": 4, "experts_per_token": 2},
+]
+
+
+def _lm(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return tl.DecoderOnlyLM(**{"vocab_size": 13, "positional": "learned", **SMALL, **overrides}).eval()
+
+
+PROMPT = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 11], [4, 5, 6, 7]])  # a repeated row: the prefill runs it once
+
+
+@pytest.mark.parametrize("overrides", LM_CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_the_language_models_plain_step_equals_the_modules_bit_for_bit(overrides):
+    model = _lm(1, **overrides)
+    ids = torch.randint(1, 13, (3, 7))
+    with torch.inference_mode():
+        by_modules, by_plain = model.new_cache(capacity=11), model.new_cache(capacity=11)
+        assert torch.equal(model(PROMPT, by_modules), model(PROMPT, by_plain))  # the prompt, through the modules
+        step = model.plain_step(by_plain)
+        assert step is not None
+        for t in range(ids.shape[1]):
+            expected = model(ids[:, t : t + 1], by_modules, checked=True)[:, -1]  # (3, V)
+            assert torch.equal(step(ids[:, t : t + 1], by_plain[0].length), expected), t
+        assert by_plain[0].length == by_modules[0].length == 11
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generate_takes_the_plain_step_and_gives_the_modules_tokens(temperature):
+    model = _lm(2)
+    sample = dict(temperature=temperature, rng=None if temperature == 0 else torch.Generator().manual_seed(3))
+    taken, offered = [], model.plain_step
+    model.plain_step = lambda caches: taken.append(offered(caches)) or taken[-1]  # records what generate took
+    plain = model.generate(PROMPT, 12, **sample)
+    del model.plain_step
+    assert len(taken) == 1 and taken[0] is not None
+    sample["rng"] = None if temperature == 0 else torch.Generator().manual_seed(3)
+    hooked = model.head.register_forward_hook(lambda *_: None)  # forces the modules
+    try:
+        modules = model.generate(PROMPT, 12, **sample)
+    finally:
+        hooked.remove()
+    assert torch.equal(plain, modules)
+    if temperature == 0:
+        assert torch.equal(plain, model.generate(PROMPT, 12, temperature=0.0, use_cache=False))
+
+
+def test_the_language_model_takes_the_modules_where_the_plain_step_would_not_be_exact():
+    model = _lm(4)
+    with torch.inference_mode():
+        assert model.plain_step(model.new_cache()) is not None
+        model.train()
+        assert model.plain_step(model.new_cache()) is None  # dropout draws: the modules must run
+        model.eval()
+        hook = model.decoder.layers[1].feed_forward.register_forward_hook(lambda *_: None)
+        assert model.plain_step(model.new_cache()) is None  # a hook must see every call
+        hook.remove()
+        for overrides in ({"positional": "rope"}, {"num_kv_heads": 2}, {"parallel_block": True, "norm_first": True}):
+            other = _lm(4, **overrides)
+            assert other.plain_step(other.new_cache()) is None, overrides
+
+    class Shifted(tl.DecoderOnlyLM):
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs) + torch.arange(13.0)  # prefers high ids
+
+    torch.manual_seed(5)
+    shifted = Shifted(vocab_size=13, positional="learned", **SMALL).eval()
+    assert shifted.plain_step(shifted.new_cache()) is None
+    out = shifted.generate(PROMPT, 6, temperature=0.0)
+    assert torch.equal(out, shifted.generate(PROMPT, 6, temperature=0.0, use_cache=False))
+    assert (out[:, 4:] == 12).all()  # the subclass's forward was the one that ran
+
+
+def test_the_language_models_plain_step_refuses_a_wrong_shape_and_a_wrong_number_of_caches():
+    model = _lm(7)
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match=r"one KVCache per layer \(2\), got 1"):
+            plain_decoder_step(model.decoder, None, None, 0, caches=model.new_cache()[:1])
+        step = plain_decoder_step(model.decoder, None, None, 0, caches=model.new_cache(capacity=4))
+        with pytest.raises(ValueError, match=r"one position, shape \(B, 1, 32\), got \(3, 2, 32\)"):
+            step(torch.zeros(3, 2, 32))
+        assert plain_decoder_step(_model(7).decoder, None, None, 4) is None  # cross-attention needs a memory
+        assert plain_decoder_step(model.decoder, torch.zeros(1, 2, 32), None, 4) is None  # and no memory the other
