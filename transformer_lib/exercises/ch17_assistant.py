@@ -512,9 +512,15 @@ def _assistants() -> tuple[nn.Module, nn.Module, nn.Module, ChatTokenizer, list[
     return sft.eval(), jittered.eval(), base.eval(), tok, chat.task_words()[1]
 
 
-def _subject(name: str) -> nn.Module:
+def _own(name: str) -> nn.Module:
+    """The checker's own model by name, for the checker's own reading (it never changes them)."""
     sft, jittered, base, _, _ = _assistants()
-    return copy.deepcopy({"sft": sft, "jittered": jittered, "base": base}[name])
+    return {"sft": sft, "jittered": jittered, "base": base}[name]
+
+
+def _subject(name: str) -> nn.Module:
+    """A fresh copy of the model, for a learner's function: what it does to it stays there."""
+    return copy.deepcopy(_own(name))
 
 
 def _prompts(n: int, seed: int) -> list[str]:
@@ -594,7 +600,7 @@ def _theirs(fn: Callable, case: tuple, seed: int | None = None) -> tuple[float, 
 
 def _wanted(case: tuple, seed: int | None = None, mistakes: bool = False):
     _, policy, reference, n, prompt_seed, case_seed = case
-    args = (_subject(policy), _subject(reference), _assistants()[3], _prompts(n, prompt_seed))
+    args = (_own(policy), _own(reference), _assistants()[3], _prompts(n, prompt_seed))
     seed = case_seed if seed is None else seed
     return _drift_mistakes(*args, seed) if mistakes else _drift(*args, seed)
 
