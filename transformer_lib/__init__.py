@@ -81,6 +81,7 @@ _SUBMODULES = (
     "clip",
     "speculative",
     "arithmetic",
+    "latent",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -1,5 +1,5 @@
 """Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper,
-BART, wav2vec 2.0.
+BART, wav2vec 2.0, CLIP, DeepSeek-V3.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
 names, loading (theirs -> ours) and saving (ours -> theirs), then one line that registers it.
@@ -33,6 +33,8 @@ claims it, in the order they are registered). Adding a family is one new section
 - **wav2vec 2.0** reads raw samples through convolutions, with positions from a grouped convolution and
   the 2017 encoder (post-LN, or pre-LN in the "stable" variant): Wav2Vec2ForCTC becomes our
   wav2vec2.Wav2Vec2ForCTC (transformer_lib.wav2vec2 lists what changes).
+- **DeepSeek-V3** replaces attention with multi-head latent attention (transformer_lib.latent) in a pre-norm
+  decoder with RMSNorm and SwiGLU: DeepseekV3ForCausalLM whose every layer is dense becomes our latent.LatentLM.
 - **Whisper** is a pre-LN encoder-decoder: a convolutional stem and fixed sinusoids in front of the
   encoder, learned positions and a tied output layer on the decoder, no bias on the key projections:
   WhisperForConditionalGeneration becomes our speech.SpeechTranscriber.
@@ -1730,3 +1732,184 @@ def _clip_registration() -> None:
 
 
 _clip_registration()
+
+
+# ---- DeepSeek-V3: multi-head latent attention, its dense layers ---------------------------------------------------
+# (transformer_lib.latent says what MLA is.) DeepSeek-V3's first `first_k_dense_replace` layers have dense SwiGLU
+# feed-forward blocks and the rest a mixture of routed experts beside a shared one; from_hf takes the configs whose
+# every layer is dense, which our latent.LatentLM builds. Its rotary part pairs dimensions 2i and 2i + 1
+# (`rope_interleave`); ours pairs i with i + r/2, so the rotary rows of the query and latent projections are reordered
+# on the way in (_deepseek_finish) and back on the way out: the scores are dot products of vectors reordered alike.
+
+_DEEPSEEK_EXPERTS = ("n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "routed_scaling_factor", "n_group", "topk_group", "norm_topk_prob")  # fmt: skip
+
+
+def _deepseek_config(hf_config) -> TransformerConfig:
+    """A DeepseekV3Config -> the TransformerConfig of a LatentLM (the latent's shape comes from _deepseek_build)."""
+    layers, heads, dense = hf_config.num_hidden_layers, hf_config.num_attention_heads, hf_config.first_k_dense_replace
+    if hf_config.hidden_act != "silu":
+        raise ValueError(f"DeepSeek-V3's feed-forward blocks are SwiGLU: only hidden_act='silu', got "
+                         f"{hf_config.hidden_act!r}")  # fmt: skip
+    if hf_config.num_key_value_heads != heads:
+        raise ValueError(f"MLA makes a key and a value for every head: num_key_value_heads="
+                         f"{hf_config.num_key_value_heads} must equal num_attention_heads={heads}")  # fmt: skip
+    if (dense or 0) < layers:
+        raise ValueError(f"the book builds DeepSeek-V3's dense layers only: first_k_dense_replace={dense} leaves "
+                         f"layers with experts among num_hidden_layers={layers}")  # fmt: skip
+    return TransformerConfig(
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        num_heads=hf_config.num_attention_heads,
+        num_layers=layers,
+        d_ff=hf_config.intermediate_size,
+        max_len=hf_config.max_position_embeddings,
+        dropout=0.0,
+        norm_first=True,
+        final_norm=True,
+        scale_embedding=False,
+        positional="rope",
+        rope_base=_rope_theta(hf_config),
+        activation="swiglu",
+        norm="rms",
+        eps=hf_config.rms_norm_eps,
+        bias=hf_config.attention_bias,
+        tie_embeddings=hf_config.tie_word_embeddings,
+    )
+
+
+def _deepseek_build(cfg: TransformerConfig, hf_config) -> nn.Module:
+    from .latent import LatentLM
+
+    shape = dict(kv_rank=hf_config.kv_lora_rank, nope_dim=hf_config.qk_nope_head_dim)
+    shape |= dict(rope_dim=hf_config.qk_rope_head_dim, v_dim=hf_config.v_head_dim, q_rank=hf_config.q_lora_rank)
+    return LatentLM(cfg, **shape)
+
+
+def _deepseek_names(num_layers: int, low_rank_query: bool, bias: bool) -> list[tuple[str, str]]:
+    """(our name, DeepSeek-V3's name) for every tensor of a LatentLM."""
+    names = [
+        ("embed.table.weight", "model.embed_tokens.weight"),
+        ("norm.weight", "model.norm.weight"),
+        ("head.weight", "lm_head.weight"),
+    ]
+    query = (
+        (("q_down", "q_a_proj"), ("q_norm", "q_a_layernorm"), ("q_up", "q_b_proj"))
+        if low_rank_query
+        else (("q_proj", "q_proj"),)
+    )
+    for i in range(num_layers):
+        ours, theirs = f"layers.{i}.", f"model.layers.{i}."
+        attention = (*query, ("kv_down", "kv_a_proj_with_mqa"), ("kv_norm", "kv_a_layernorm"),
+                     ("kv_up", "kv_b_proj"), ("out_proj", "o_proj"))  # fmt: skip
+        pairs = [(f"attn.{a}", f"self_attn.{b}") for a, b in attention] + [
+            ("feed_forward.linear1", "mlp.gate_proj"),
+            ("feed_forward.linear3", "mlp.up_proj"),
+            ("feed_forward.linear2", "mlp.down_proj"),
+            ("attn_norm", "input_layernorm"),
+            ("ff_norm", "post_attention_layernorm"),
+        ]
+        names += [(f"{ours}{a}.weight", f"{theirs}{b}.weight") for a, b in pairs]
+        if bias:  # attention_bias: the down projections and the output projection have biases
+            with_bias = ("q_down", "q_a_proj"), ("kv_down", "kv_a_proj_with_mqa"), ("out_proj", "o_proj")
+            names += [(f"{ours}attn.{a}.bias", f"{theirs}self_attn.{b}.bias") for a, b in with_bias
+                      if low_rank_query or a != "q_down"]  # fmt: skip
+    return names
+
+
+def _deepseek_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    low_rank = "model.layers.0.self_attn.q_a_proj.weight" in theirs
+    return _renamed(theirs, _flipped(_deepseek_names(cfg.num_layers, low_rank, cfg.bias)))
+
+
+def _rotary_rows(ours: nn.Module, to: str) -> None:
+    """Reorder, in place, the rotary rows of every layer's query and latent projections into layout `to`."""
+    from .positional import rotary_permutation
+
+    shape = ours.latent
+    nope, rope, h = shape["nope_dim"], shape["rope_dim"], ours.config.num_heads
+    perm = rotary_permutation(rope, to=to)  # (rope,)
+    head = torch.cat([torch.arange(nope), nope + perm])  # one head's query rows: the rotary part reordered
+    query_rows = torch.cat([j * (nope + rope) + head for j in range(h)])  # (h * (nope + rope),)
+    latent_rows = torch.cat([torch.arange(shape["kv_rank"]), shape["kv_rank"] + perm])  # (kv_rank + rope,)
+    with torch.no_grad():
+        for layer in ours.layers:
+            attn = layer.attn
+            query = attn.q_proj if attn.q_proj is not None else attn.q_up
+            query.weight.copy_(query.weight[query_rows])
+            attn.kv_down.weight.copy_(attn.kv_down.weight[latent_rows])
+            if attn.kv_down.bias is not None:
+                attn.kv_down.bias.copy_(attn.kv_down.bias[latent_rows])
+
+
+def _deepseek_finish(ours: nn.Module, hf_model: nn.Module) -> None:
+    if hf_model.config.rope_interleave:
+        _rotary_rows(ours, "half")
+
+
+def _deepseek_save(ours: nn.Module) -> nn.Module:
+    import copy
+
+    import transformers
+
+    cfg, shape = ours.config, ours.latent
+    wanted = {"norm": "rms", "activation": "swiglu", "norm_first": True, "final_norm": True}
+    differ = {k: getattr(cfg, k) for k, v in wanted.items() if getattr(cfg, k) != v}
+    if differ:
+        raise ValueError(f"DeepSeek-V3's layers are pre-norm with RMSNorm and SwiGLU; this config has {differ}")
+    hf_config = transformers.DeepseekV3Config(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        first_k_dense_replace=cfg.num_layers,  # every layer dense
+        kv_lora_rank=shape["kv_rank"],
+        q_lora_rank=shape["q_rank"],
+        qk_nope_head_dim=shape["nope_dim"],
+        qk_rope_head_dim=shape["rope_dim"],
+        v_head_dim=shape["v_dim"],
+        max_position_embeddings=cfg.max_len,
+        rms_norm_eps=cfg.eps,
+        rope_parameters={"rope_theta": cfg.rope_base, "rope_type": "default"},
+        rope_interleave=True,
+        attention_bias=cfg.bias,
+        tie_word_embeddings=cfg.tie_embeddings,
+    )
+    interleaved = copy.deepcopy(ours)
+    _rotary_rows(interleaved, "interleaved")
+    hf = transformers.DeepseekV3ForCausalLM(hf_config)
+    names = _deepseek_names(cfg.num_layers, shape["q_rank"] is not None, cfg.bias)
+    hf.load_state_dict(_renamed(interleaved.state_dict(), names))
+    return hf.eval()
+
+
+def _deepseek_registration() -> None:
+    from .latent import LatentLM
+
+    no_dense = "no layer has experts: from_hf takes only configs whose every layer is dense"
+    _register(
+        Family(
+            "DeepSeek-V3",
+            "DeepseekV3ForCausalLM",
+            _deepseek_config,
+            _deepseek_load,
+            _deepseek_save,
+            lambda c: True,
+            ours=LatentLM,
+            build=_deepseek_build,
+            no_effect=(
+                ("pad_token_id", "a causal LM's forward pass never reads it (its padding is attention_mask's)"),
+                ("rope_interleave", "the order of the rotary rows, which from_hf and to_hf reorder"),
+                ("first_k_dense_replace", "every layer is dense at any value from num_hidden_layers up (checked)"),
+                ("num_nextn_predict_layers", "the multi-token prediction module, which transformers does not build"),
+                ("pretraining_tp", "transformers' DeepSeek-V3 never reads it"),
+                *((field, no_dense) for field in _DEEPSEEK_EXPERTS),
+            ),
+            finish=_deepseek_finish,
+        )
+    )
+
+
+_deepseek_registration()

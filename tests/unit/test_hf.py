@@ -259,6 +259,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         "Wav2Vec2ForCTC",
         "Wav2Vec2ForPreTraining",
         "CLIPModel",
+        "DeepseekV3ForCausalLM",
     ]
     base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=1, max_len=64, norm_first=True)
     for fields, family in (
@@ -286,6 +287,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
             ),
             "CLIP",
         ),
+        (tl.latent.LatentLM(tl.TransformerConfig(**base), kv_rank=8, nope_dim=4, rope_dim=4, v_dim=4), "DeepSeek-V3"),
     ):
         assert (
             next(f for f in tl.hf.FAMILIES.values() if isinstance(model, f.ours) and f.claims(model.config)).name

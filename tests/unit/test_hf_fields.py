@@ -103,6 +103,12 @@ SMALL = {
         ),
     ),  # fmt: skip
 }
+SMALL["DeepseekV3ForCausalLM"] = (  # every layer dense (first_k_dense_replace), MLA of odd sizes
+    "DeepseekV3Config",
+    dict(vocab_size=40, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=3)
+    | dict(num_key_value_heads=3, first_k_dense_replace=2, q_lora_rank=None, kv_lora_rank=10, qk_rope_head_dim=4)
+    | dict(qk_nope_head_dim=6, v_head_dim=5, max_position_embeddings=32),
+)
 # the other values of the fields that name a choice
 CHOICES = {
     "activation_function": ["gelu_new", "gelu", "relu", "silu", "gelu_pytorch_tanh"],

@@ -50,6 +50,7 @@ LATER = [
     "clip",
     "speculative",
     "arithmetic",
+    "latent",
     "hf",
     "export",
     "recipes",
