@@ -204,6 +204,7 @@ class MultiHeadAttention(nn.Module):
         rotary_layout: str = "half",
         rotary_dim: int | None = None,
         rope_base: float = 10000.0,
+        rope_scaling: tuple[str, float, int | None] = ("none", 1.0, None),
     ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
@@ -223,8 +224,9 @@ class MultiHeadAttention(nn.Module):
         self.rotary_layout = rotary_layout  # where each rotary pair's two dimensions sit: "half" or "interleaved"
         self.rotary_dim = rotary_dim  # how many of each head's dimensions turn; None = all d_k
         self.rope_base = rope_base  # pair i turns by position * rope_base ** (-2i / rotary_dim)
-        if rotary:
-            rotary_tables(torch.zeros(1), self.d_k, layout=rotary_layout, rotary_dim=rotary_dim)  # refuses bad ones
+        self.rope_scaling = tuple(rope_scaling)  # (kind, factor, trained length): positional.rope_frequencies
+        if rotary:  # refuses a bad layout, width or scaling here
+            rotary_tables(torch.zeros(1), self.d_k, layout=rotary_layout, rotary_dim=rotary_dim, scaling=rope_scaling)
         self.dropout_p = dropout  # a probability, applied to the attention weights while training
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)  # one key per key-value head
@@ -246,6 +248,7 @@ class MultiHeadAttention(nn.Module):
             rotary_layout=config.rotary_layout,
             rotary_dim=config.rotary_dim,
             rope_base=config.rope_base,
+            rope_scaling=(config.rope_scaling, config.rope_factor, config.rope_original_len),
         )
 
     def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,7 +257,8 @@ class MultiHeadAttention(nn.Module):
             size = max(length, 2 * self._rotary[0].shape[0] if self._rotary is not None else 0)  # grow by doubling
             with torch.inference_mode(False):  # kept for later calls, so ordinary tensors even while generating
                 positions = torch.arange(size, device=device)
-                self._rotary = rotary_tables(positions, self.d_k, self.rope_base, self.rotary_layout, self.rotary_dim)
+                layout, r, scaling = self.rotary_layout, self.rotary_dim, self.rope_scaling
+                self._rotary = rotary_tables(positions, self.d_k, self.rope_base, layout, r, scaling)
         return self._rotary
 
     def _check_inputs(

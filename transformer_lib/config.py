@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-__all__ = ["TransformerConfig", "ACTIVATIONS", "ROTARY_LAYOUTS"]
+__all__ = ["TransformerConfig", "ACTIVATIONS", "ROTARY_LAYOUTS", "ROPE_SCALINGS", "check_rope_scaling"]
 
 _POSITIONAL = ("sinusoidal", "learned", "rope")
 #: The feed-forward activations, by name: the one list (layers.py maps each name to its function).
@@ -18,6 +18,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "quick_gelu")
 #: (2i, 2i + 1) as GPT-J and Meta's original Llama ("interleaved"). The one list (positional.py reads it).
 ROTARY_LAYOUTS = ("half", "interleaved")
 _NORMS = ("layer", "rms")
+#: How RoPE is stretched to read past the length a model was trained on (positional.rope_frequencies says each).
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn", "llama3")
 # fields whose None means "follow another field"; each is resolved here, and only here
 _FOLLOWS = {
     "tgt_vocab_size": "vocab_size",
@@ -65,6 +67,9 @@ class TransformerConfig:
     parallel_block: bool = False  # attention and feed-forward both read the layer's input and add to it (GPT-J, PaLM)
     shared_norm: bool = True  # parallel_block: one norm feeds both sublayers (GPT-J); False: one each (GPT-NeoX)
     rope_base: float = 10000.0  # RoPE's pair i turns by position * rope_base ** (-2i / rotary_dim) (Mixtral: 1e6)
+    rope_scaling: str = "none"  # reading past the trained length: "linear", "ntk", "yarn" or "llama3" (positional.py)
+    rope_factor: float = 1.0  # how many times the trained length the scaled RoPE is meant to read
+    rope_original_len: int | None = None  # the length the model was trained on ("yarn" and "llama3" need it)
     num_experts: int = 0  # > 0: each feed-forward block is a mixture of this many experts of width d_ff (Mixtral)
     experts_per_token: int = 2  # with experts: how many each token goes to (top-k routing)
 
@@ -116,6 +121,7 @@ class TransformerConfig:
             raise ValueError(f"rotary_dim must be even and between 2 and d_k = {self.d_k}, got {self.rotary_dim!r}")
         if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1):
             raise ValueError(f"rope_base must be a number above 1, got {self.rope_base!r}")
+        check_rope_scaling(self.rope_scaling, self.rope_factor, self.rope_original_len)
         if (
             not isinstance(self.num_experts, int)
             or isinstance(self.num_experts, bool)
@@ -170,6 +176,21 @@ class TransformerConfig:
             if source in changes and name not in changes and getattr(self, name) == getattr(self, source):
                 changes[name] = None  # it followed its source before: let it follow the new value
         return replace(self, **changes)
+
+
+def check_rope_scaling(scaling: str, factor: float, original_len: int | None) -> None:
+    """Refuse a RoPE scaling that `positional.rope_frequencies` cannot compute, naming the field."""
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"rope_scaling must be one of {ROPE_SCALINGS}, got {scaling!r}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise ValueError(f"rope_factor must be a number of at least 1 (times the trained length), got {factor!r}")
+    if scaling == "none" and factor != 1:
+        raise ValueError(
+            f"rope_factor={factor} stretches nothing without a rope_scaling; name one of {ROPE_SCALINGS[1:]}"
+        )
+    if scaling in ("yarn", "llama3") and (isinstance(original_len, bool) or not isinstance(original_len, int)
+                                          or original_len < 1):  # fmt: skip
+        raise ValueError(f"rope_scaling={scaling!r} needs rope_original_len, the trained length, got {original_len!r}")
 
 
 def resolve_config(config: TransformerConfig | None, overrides: dict) -> TransformerConfig:

@@ -196,10 +196,22 @@ _NO_EFFECT = {
     "pooler_act": "ViT's pooler, which the image classifier does not build",
 }
 
+
+def _rope_as_read(value, config) -> object:
+    """rope_parameters as transformers reads them: the fields a scaling leaves out at their defaults, numbers as
+    floats (a written 32.0 and a left-out beta_fast are one value)."""
+    if not isinstance(value, dict):
+        return value
+    read = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True} if value.get("rope_type") == "yarn" else {}
+    read |= {k: v for k, v in value.items() if v is not None}
+    return {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in read.items()}
+
+
 # Two spellings of one value: the field as the model reads it (None meaning a default the model computes).
 _AS_READ = {
     "n_inner": lambda value, c: 4 * c.n_embd if value is None else value,  # GPT-2 and GPT-J: 4 x width by default
     "head_dim": lambda value, c: value or c.hidden_size // c.num_attention_heads,
+    "rope_parameters": _rope_as_read,
 }
 
 
@@ -276,12 +288,65 @@ def _tanh_gelu(hf_config, family: str) -> str:
     return "gelu_tanh"
 
 
-def _rope_theta(hf_config) -> float:
+def _rope_theta(hf_config, scaled: tuple[str, ...] = ()) -> float:
+    """The rotary base; a scaling other than those in `scaled` (which the caller carries) is refused by name."""
     parameters = getattr(hf_config, "rope_parameters", None) or {}
-    if parameters.get("rope_type", "default") != "default":
-        kind = parameters["rope_type"]
-        raise ValueError(f"only plain rotary positions are supported, got rope_parameters['rope_type']={kind!r}")
+    kind = parameters.get("rope_type", "default")
+    if kind != "default" and kind not in scaled:
+        allowed = ", ".join(repr(k) for k in ("default", *scaled))
+        raise ValueError(f"the rotary positions this family reads are {allowed}; got rope_parameters['rope_type']="
+                         f"{kind!r}")  # fmt: skip
     return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+# RoPE scalings that transformers and positional.rope_frequencies compute alike, with the fields each reads and the
+# values ours fixes (YaRN's ramp from 32 turns to 1, Llama 3.1's bands at 1 and 4 times a quarter of the length)
+_ROPE_SCALED = {
+    "linear": {},
+    "yarn": {
+        "beta_fast": (None, 32, 32.0),
+        "beta_slow": (None, 1, 1.0),
+        "attention_factor": (None,),
+        "mscale": (None,),
+        "mscale_all_dim": (None,),
+        "truncate": (None, True),
+    },  # fmt: skip
+    "llama3": {"low_freq_factor": (1, 1.0), "high_freq_factor": (4, 4.0)},
+}
+
+
+def _rope_scaling(hf_config) -> dict:
+    """A Llama-shaped config's rope_parameters -> our config's rope_scaling, rope_factor and rope_original_len."""
+    parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
+    kind = parameters.get("rope_type", "default")
+    if kind not in _ROPE_SCALED:
+        return {}
+    for key, allowed in _ROPE_SCALED[kind].items():
+        if parameters.get(key) not in allowed:
+            raise ValueError(f"our {kind} scaling fixes rope_parameters['{key}'] at {allowed[-1]!r}; got "
+                             f"{parameters.get(key)!r}")  # fmt: skip
+    known = {"rope_type", "rope_theta", "factor", "original_max_position_embeddings", *_ROPE_SCALED[kind]}
+    unknown = sorted(set(parameters) - known)
+    if unknown:
+        raise ValueError(f"our {kind} scaling does not read rope_parameters[{unknown[0]!r}]={parameters[unknown[0]]!r}")
+    original = parameters.get("original_max_position_embeddings") if kind != "linear" else None
+    factor = parameters.get("factor")
+    if factor is None and kind == "yarn" and original:  # transformers' own default: the ratio of the two lengths
+        factor = hf_config.max_position_embeddings / original
+    return dict(rope_scaling=kind, rope_factor=float(factor), rope_original_len=original)
+
+
+def _rope_parameters(cfg: TransformerConfig, family: str) -> dict:
+    """Our config's RoPE -> transformers' rope_parameters (the default, or a scaling both compute alike)."""
+    if cfg.rope_scaling == "none":
+        return {"rope_type": "default", "rope_theta": cfg.rope_base}
+    if cfg.rope_scaling not in _ROPE_SCALED:
+        raise ValueError(f"transformers' {family} has no rope_type for rope_scaling={cfg.rope_scaling!r}; it computes "
+                         f"{', '.join(_ROPE_SCALED)}")  # fmt: skip
+    written = {"rope_type": cfg.rope_scaling, "rope_theta": cfg.rope_base, "factor": cfg.rope_factor}
+    if cfg.rope_original_len is not None:
+        written["original_max_position_embeddings"] = cfg.rope_original_len
+    return written | {key: allowed[-1] for key, allowed in _ROPE_SCALED[cfg.rope_scaling].items() if allowed[-1]}
 
 
 # ---- GPT-2 --------------------------------------------------------------------------------------
@@ -390,7 +455,8 @@ def _llama_fields(hf_config, family: str, checks: dict) -> dict:
         d_ff=hf_config.intermediate_size,
         max_len=hf_config.max_position_embeddings,
         positional="rope",
-        rope_base=_rope_theta(hf_config),
+        rope_base=_rope_theta(hf_config, scaled=tuple(_ROPE_SCALED)),
+        **_rope_scaling(hf_config),
         activation="swiglu",
         norm="rms",
         eps=hf_config.rms_norm_eps,
@@ -443,7 +509,7 @@ def _llama_kwargs(cfg: TransformerConfig) -> dict:
         num_key_value_heads=cfg.num_kv_heads,
         max_position_embeddings=cfg.max_len,
         rms_norm_eps=cfg.eps,
-        rope_theta=cfg.rope_base,
+        rope_parameters=_rope_parameters(cfg, "Llama"),
         tie_word_embeddings=cfg.tie_embeddings,
     )
 

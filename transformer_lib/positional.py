@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from .config import ROTARY_LAYOUTS
+from .config import ROTARY_LAYOUTS, check_rope_scaling
 
 __all__ = [
     "sinusoidal_encoding",
@@ -20,6 +20,7 @@ __all__ = [
     "LearnedPositionalEncoding",
     "apply_rotary",
     "rotary_tables",
+    "rope_frequencies",
     "rotary_permutation",
     "RotaryPositions",
 ]
@@ -134,21 +135,78 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
     return turn(x, *rotary_tables(positions, d, base))
 
 
+def rope_frequencies(
+    r: int,
+    base: float = 10000.0,
+    scaling: str = "none",
+    factor: float = 1.0,
+    original_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, float]:
+    """The turning rate of each of r/2 rotary pairs, (r/2,) radians per position, and the number both cos and sin
+    tables are multiplied by (1 except for YaRN). Pair i turns by base^(-2i/r) per position, and its wavelength,
+    the positions of one full turn, is 2 pi / rate. To read `factor` times the trained length `original_len`:
+
+    - "linear" (position interpolation, Chen et al., 2023): every rate divided by `factor`, so the longer
+      sequence's positions fall where the trained ones were; the fast pairs lose their fine detail.
+    - "ntk" ("NTK-aware", bloc97, 2023): the base raised to base x factor^(r / (r - 2)), which leaves the fastest
+      pair as it was and slows the slowest by exactly `factor`: interpolation for the slow pairs, extrapolation for
+      the fast ones, in one formula.
+    - "yarn" (Peng et al., 2023): per pair by wavelength: pairs that turn more than 32 times within the trained
+      length keep their rate, pairs that turn less than once are interpolated (divided by `factor`), and a linear
+      ramp in between; the tables are multiplied by 0.1 ln(factor) + 1, which sharpens the softmax back.
+    - "llama3" (Llama 3.1): the same idea with wavelength bands: longer than the trained length, divided by
+      `factor`; shorter than a quarter of it, kept; between, a smooth mix.
+    """
+    check_rope_scaling(scaling, factor, original_len)
+    exponents = torch.arange(0, r, 2, device=device, dtype=torch.float32) / r  # (r/2,): 2i / r
+    rates = base**-exponents  # (r/2,)
+    if scaling == "none":
+        return rates, 1.0
+    if scaling == "linear":
+        return rates / factor, 1.0
+    if scaling == "ntk":
+        return (base * factor ** (r / (r - 2))) ** -exponents, 1.0
+    wavelengths = 2 * math.pi / rates  # (r/2,): positions per full turn
+    if scaling == "yarn":
+        # the pair (a fractional index) that turns exactly `turns` times within the trained length
+        def pair_turning(turns: float) -> float:
+            return r * math.log(original_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = max(math.floor(pair_turning(32.0)), 0), min(math.ceil(pair_turning(1.0)), r - 1)
+        high = high + 0.001 if low == high else high  # a ramp of one pair would divide by zero
+        interpolated = ((torch.arange(r // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        mixed = rates / factor * interpolated + rates * (1 - interpolated)  # (r/2,): 0 = kept, 1 = interpolated
+        return mixed, 0.1 * math.log(factor) + 1.0
+    slow, fast = original_len / 1.0, original_len / 4.0  # llama3: wavelengths of the trained length and a quarter
+    kept = torch.where(wavelengths > slow, rates / factor, rates)  # (r/2,)
+    share = (original_len / wavelengths - 1.0) / (4.0 - 1.0)  # (r/2,): 0 at the slow band's edge, 1 at the fast's
+    smooth = (1 - share) * kept / factor + share * kept
+    between = (wavelengths <= slow) & (wavelengths >= fast)
+    return torch.where(between, smooth, kept), 1.0
+
+
 def rotary_tables(
-    positions: torch.Tensor, d: int, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None
+    positions: torch.Tensor,
+    d: int,
+    base: float = 10000.0,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+    scaling: tuple[str, float, int | None] = ("none", 1.0, None),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """positions (T,) -> (cos, sin), each (T, d) float32: the angles `apply_rotary` turns each pair by.
 
     Pair i of the first r = rotary_dim dimensions (all d by default) turns by position * base^(-2i/r);
     `layout` says where its two dimensions sit ("half": i and i + r/2; "interleaved": 2i and 2i + 1).
     Dimensions past r get angle 0 (cos 1, sin 0): they pass unchanged, as in GPT-J's partial rotation.
+    `scaling` is (kind, factor, trained length) for reading past the trained length (`rope_frequencies`).
     Computed once and sliced, the tables give exactly what computing them for each call gives: a
     model keeps a table for positions 0..n and reads rows past..past+T from it.
     """
     r = d if rotary_dim is None else rotary_dim
     if r % 2 != 0 or not 0 < r <= d:
         raise ValueError(f"rotary_dim must be even and between 2 and the head width {d}, got {r}")
-    inv_freq = base ** (-torch.arange(0, r, 2, device=positions.device, dtype=torch.float32) / r)  # (r/2,)
+    inv_freq, gain = rope_frequencies(r, base, *scaling, device=positions.device)  # (r/2,), a number
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, r/2)
     if layout == "half":
         angles = torch.cat((angles, angles), dim=-1)  # (T, r): pair (i, i + r/2) shares an angle
@@ -158,6 +216,8 @@ def rotary_tables(
         raise ValueError(f"rotary layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
     if r < d:
         angles = torch.cat((angles, angles.new_zeros(angles.shape[0], d - r)), dim=-1)  # (T, d): the rest stays
+    if gain != 1.0:  # YaRN: both queries and keys grow, so every score grows by gain squared
+        return angles.cos() * gain, angles.sin() * gain
     return angles.cos(), angles.sin()
 
 
