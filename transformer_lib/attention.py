@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
+from .layers import RMSNorm
 from .positional import rotary_tables, turn
 
 __all__ = [
@@ -205,6 +206,8 @@ class MultiHeadAttention(nn.Module):
         rotary_dim: int | None = None,
         rope_base: float = 10000.0,
         rope_scaling: tuple[str, float, int | None] = ("none", 1.0, None),
+        qk_norm: bool = False,
+        eps: float = 1e-6,
     ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
@@ -233,6 +236,10 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self._rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos and sin of positions 0..n, (n, d_k)
+        # QK-norm: each head's query and key scaled to a fixed root mean square (times a learned gain per
+        # dimension) before RoPE, so that no score can grow without bound as the weights grow
+        self.q_norm = RMSNorm(self.d_k, eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_k, eps) if qk_norm else None
 
     @classmethod
     def from_config(cls, config: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
@@ -249,6 +256,8 @@ class MultiHeadAttention(nn.Module):
             rotary_dim=config.rotary_dim,
             rope_base=config.rope_base,
             rope_scaling=(config.rope_scaling, config.rope_factor, config.rope_original_len),
+            qk_norm=config.qk_norm,
+            eps=config.eps,
         )
 
     def _rotary_tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -311,6 +320,8 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value, cache)
         q = self.split_heads(self.q_proj(query))  # (B, h, T_q, d_k)
+        if self.q_norm is not None:
+            q = self.q_norm(q)  # (B, h, T_q, d_k): each head's query normalised alone
         q, k, v = self._keys_values(q, key, value, cache)  # k, v: (B, h, T_k, d_k), T_k counting cached positions
         out, weights = self._attend(q, k, v, mask, need_weights)  # (B, h, T_q, d_k)
         return self.out_proj(self.combine_heads(out)), weights  # (B, T_q, d_model)
@@ -330,6 +341,8 @@ class MultiHeadAttention(nn.Module):
         else:
             k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
+            if self.k_norm is not None:
+                k = self.k_norm(k)  # (B, h_kv, T_k, d_k): the cache keeps normalised keys
             if self.rotary:  # the cache keeps rotated keys
                 q, k = self._turn(q, k, past=0 if cache is None else cache.length)
             if cache is not None:

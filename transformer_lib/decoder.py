@@ -177,8 +177,9 @@ def plain_function(module: nn.Module) -> Step:
 
 def _plain_attention(attn: MultiHeadAttention) -> bool:
     """Attention that `_attention_step` computes as the module does: the class itself, a key-value head per head,
-    no RoPE."""
-    return type(attn) is MultiHeadAttention and not attn.rotary and attn.num_kv_heads == attn.num_heads
+    no RoPE, no QK-norm."""
+    plain_heads = attn.num_kv_heads == attn.num_heads and attn.q_norm is None and attn.k_norm is None
+    return type(attn) is MultiHeadAttention and not attn.rotary and plain_heads
 
 
 def _attention_step(

@@ -1,4 +1,4 @@
-"""Weights to and from Hugging Face `transformers`: five decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper,
+"""Weights to and from Hugging Face `transformers`: six decoder-only families (our DecoderOnlyLM), BERT, ViT, Whisper,
 BART, wav2vec 2.0, CLIP, DeepSeek-V3.
 
 Each family is one section below, read top to bottom: its config in ours, the table of parameter
@@ -12,6 +12,7 @@ claims it, in the order they are registered). Adding a family is one new section
   `Conv1D`, which computes x @ W + b with W of shape (in, out): the transpose of `nn.Linear`'s.
 - **Llama** goes further: RMSNorm, rotary positions, a SwiGLU feed-forward, grouped-query attention
   and no biases, again one config field each.
+- **Qwen3** is Llama with an RMSNorm on each head's query and key before the rotation (QK-norm, `qk_norm`).
 - **Mixtral** is Llama with a mixture of experts for its feed-forward blocks (`num_experts`,
   `experts_per_token`; see transformer_lib.moe) and another rotary base.
 - **GPT-J** keeps LayerNorm and GELU but turns only the first `rotary_dim` dimensions of each head,
@@ -73,6 +74,7 @@ __all__ = [
     "FAMILIES",
     "gpt2_config",
     "llama_config",
+    "qwen3_config",
     "mixtral_config",
     "gptj_config",
     "neox_config",
@@ -498,7 +500,7 @@ def _llama_names(num_layers: int) -> list[tuple[str, str]]:
     return names
 
 
-def _llama_kwargs(cfg: TransformerConfig) -> dict:
+def _llama_kwargs(cfg: TransformerConfig, family: str = "Llama") -> dict:
     """The arguments of a LlamaConfig (or a MixtralConfig) for the architecture `cfg` describes."""
     return dict(
         vocab_size=cfg.vocab_size,
@@ -509,7 +511,7 @@ def _llama_kwargs(cfg: TransformerConfig) -> dict:
         num_key_value_heads=cfg.num_kv_heads,
         max_position_embeddings=cfg.max_len,
         rms_norm_eps=cfg.eps,
-        rope_parameters=_rope_parameters(cfg, "Llama"),
+        rope_parameters=_rope_parameters(cfg, family),
         tie_word_embeddings=cfg.tie_embeddings,
     )
 
@@ -526,6 +528,42 @@ def _llama_save(ours: DecoderOnlyLM) -> nn.Module:
     _check_architecture(ours, llama_config(hf_config), "Llama")
     hf = LlamaForCausalLM(hf_config)
     hf.load_state_dict(_renamed(ours.state_dict(), _llama_names(cfg.num_layers)))
+    return hf.eval()
+
+
+# ---- Qwen3: Llama with an RMSNorm on each head's query and key ----------------------------------------
+
+
+def qwen3_config(hf_config) -> TransformerConfig:
+    """A Qwen3Config -> the TransformerConfig of the same architecture: Llama's with QK-norm (`qk_norm`). Its
+    sliding-window layers and a head width other than hidden_size // num_attention_heads are refused by name."""
+    window = getattr(hf_config, "use_sliding_window", False)
+    checks = {
+        "attention_bias": (hf_config.attention_bias, False),
+        "use_sliding_window": (window, False),
+        "layer_types": (set(getattr(hf_config, "layer_types", None) or ["full_attention"]), {"full_attention"}),
+    }
+    return _decoder_only(**_llama_fields(hf_config, "Qwen3", checks), qk_norm=True)
+
+
+def _qwen3_names(num_layers: int) -> list[tuple[str, str]]:
+    norms = [(f"decoder.layers.{i}.self_attn.{n}.weight", f"model.layers.{i}.self_attn.{n}.weight")
+             for i in range(num_layers) for n in ("q_norm", "k_norm")]  # fmt: skip
+    return _llama_names(num_layers) + norms
+
+
+def _qwen3_load(theirs: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    return _renamed(theirs, _flipped(_qwen3_names(cfg.num_layers)))
+
+
+def _qwen3_save(ours: DecoderOnlyLM) -> nn.Module:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = ours.config
+    hf_config = Qwen3Config(**_llama_kwargs(cfg, "Qwen3"), head_dim=cfg.d_k, attention_bias=False)
+    _check_architecture(ours, qwen3_config(hf_config), "Qwen3")
+    hf = Qwen3ForCausalLM(hf_config)
+    hf.load_state_dict(_renamed(ours.state_dict(), _qwen3_names(cfg.num_layers)))
     return hf.eval()
 
 
@@ -567,7 +605,7 @@ def _mixtral_save(ours: DecoderOnlyLM) -> nn.Module:
 
     cfg = ours.config
     hf_config = MixtralConfig(
-        **_llama_kwargs(cfg),
+        **_llama_kwargs(cfg, "Mixtral"),
         num_local_experts=cfg.num_experts,
         num_experts_per_tok=cfg.experts_per_token,
         bos_token_id=None,
@@ -1472,6 +1510,7 @@ _register(
 _register(
     Family("Mixtral", "MixtralForCausalLM", mixtral_config, _mixtral_load, _mixtral_save, lambda c: c.num_experts > 0)
 )
+_register(Family("Qwen3", "Qwen3ForCausalLM", qwen3_config, _qwen3_load, _qwen3_save, lambda c: c.qk_norm))
 _register(Family("Llama", "LlamaForCausalLM", llama_config, _llama_load, _llama_save, lambda c: c.positional == "rope"))
 _register(Family("GPT-2", "GPT2LMHeadModel", gpt2_config, _gpt2_load, _gpt2_save, lambda c: True))
 _register(

@@ -157,3 +157,21 @@ def test_property_shapes_and_paths_agree(B, h, d_k, T_q, T_k, seed):
     assert torch.allclose(fused, slow, atol=1e-5)
     row_sums = w.sum(-1)  # 1 where any key is allowed, 0 where none is
     assert torch.allclose(row_sums, mask.any(-1).expand(B, h, T_q).float(), atol=1e-5)
+
+
+def test_qk_norm_makes_the_scores_blind_to_the_size_of_the_query_and_key_weights():
+    """With QK-norm every head's query and key are normalised before the dot product: multiplying W_q and W_k by 10
+    changes nothing, where without it the softmax sharpens. Its norms are RMSNorm over one head's d_k."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    for qk_norm in (True, False):
+        mha = tl.MultiHeadAttention(16, 4, qk_norm=qk_norm).eval()
+        _, before = mha(x, x, x, need_weights=True)
+        with torch.no_grad():
+            mha.q_proj.weight.mul_(10.0)
+            mha.k_proj.weight.mul_(10.0)
+            mha.q_proj.bias.mul_(10.0)
+            mha.k_proj.bias.mul_(10.0)
+        _, after = mha(x, x, x, need_weights=True)
+        assert torch.allclose(before, after, atol=1e-5) == qk_norm
+    assert tuple(tl.MultiHeadAttention(16, 4, qk_norm=True).q_norm.weight.shape) == (4,)  # one gain per d_k

@@ -249,6 +249,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         "GPTJForCausalLM",
         "GPTNeoXForCausalLM",
         "MixtralForCausalLM",
+        "Qwen3ForCausalLM",
         "LlamaForCausalLM",
         "GPT2LMHeadModel",
         "BertForMaskedLM",
@@ -266,6 +267,7 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
         (dict(positional="learned"), "GPT-2"),
         (dict(positional="rope", norm="rms"), "Llama"),
         (dict(positional="rope", norm="rms", num_experts=4), "Mixtral"),
+        (dict(positional="rope", norm="rms", qk_norm=True), "Qwen3"),
         (dict(positional="rope", rotary_layout="interleaved"), "GPT-J"),
         (dict(positional="rope", parallel_block=True), "GPT-J"),
         (dict(positional="rope", parallel_block=True, shared_norm=False), "GPT-NeoX"),
@@ -293,3 +295,42 @@ def test_every_family_is_registered_once_and_claims_its_own_models():
             next(f for f in tl.hf.FAMILIES.values() if isinstance(model, f.ours) and f.claims(model.config)).name
             == family
         )
+
+
+def _qwen3(**fields):
+    torch.manual_seed(0)
+    small = dict(vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4)
+    config = transformers.Qwen3Config(**small, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, **fields)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # gains away from 1, so that a missing norm shows
+            p.normal_(1.0, 0.5) if "norm" in name else p.mul_(5.0)
+    return model
+
+
+def test_qwen3_logits_generation_and_weights_round_trip():
+    theirs = _qwen3()
+    ours = tl.hf.from_hf(theirs)
+    assert ours.config.qk_norm and ours.decoder.layers[0].self_attn.q_norm is not None
+    ids = torch.randint(0, 40, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), theirs(ids).logits, atol=1e-5, rtol=1e-5)
+        back = tl.hf.to_hf(ours)
+        assert type(back).__name__ == "Qwen3ForCausalLM"
+        assert all(torch.equal(t, theirs.state_dict()[n]) for n, t in back.state_dict().items())
+    mine = ours.generate(ids[:1, :5], 12, temperature=0.0)
+    assert torch.equal(mine, theirs.generate(ids[:1, :5], max_new_tokens=12, do_sample=False))
+    # the check can fail: without the norms on queries and keys the logits move
+    with torch.no_grad():
+        for layer in ours.decoder.layers:
+            layer.self_attn.q_norm.weight.fill_(1.0)
+        assert not torch.allclose(ours(ids), theirs(ids).logits, atol=1e-3)
+
+
+def test_qwen3_refuses_what_the_book_does_not_build_by_name():
+    config = _qwen3().config
+    config.head_dim = 16
+    with pytest.raises(ValueError, match="head_dim"):
+        tl.hf.from_hf(transformers.Qwen3ForCausalLM(config))
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        tl.hf.from_hf(_qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1))

@@ -103,6 +103,11 @@ SMALL = {
         ),
     ),  # fmt: skip
 }
+SMALL["Qwen3ForCausalLM"] = (
+    "Qwen3Config",
+    dict(vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4)
+    | dict(num_key_value_heads=2, head_dim=8, max_position_embeddings=32),
+)
 SMALL["DeepseekV3ForCausalLM"] = (  # every layer dense (first_k_dense_replace), MLA of odd sizes
     "DeepseekV3Config",
     dict(vocab_size=40, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=3)

@@ -112,7 +112,7 @@ def test_training_mode_and_unknown_parts_take_the_modules():
         assert model.plain_step(memory, mask, 4) is None
         model.eval()
         assert model.plain_step(memory, mask, 4) is not None
-        for overrides in ({"positional": "rope"}, {"num_kv_heads": 2}):
+        for overrides in ({"positional": "rope"}, {"num_kv_heads": 2}, {"qk_norm": True}):
             other = _model(4, **overrides)
             assert other.plain_step(other.encode(SRC), mask, 4) is None, overrides
             assert plain_decoder_step(other.decoder, other.encode(SRC), mask, 4) is None
@@ -238,7 +238,12 @@ def test_the_language_model_takes_the_modules_where_the_plain_step_would_not_be_
         hook = model.decoder.layers[1].feed_forward.register_forward_hook(lambda *_: None)
         assert model.plain_step(model.new_cache()) is None  # a hook must see every call
         hook.remove()
-        for overrides in ({"positional": "rope"}, {"num_kv_heads": 2}, {"parallel_block": True, "norm_first": True}):
+        for overrides in (
+            {"positional": "rope"},
+            {"num_kv_heads": 2},
+            {"parallel_block": True, "norm_first": True},
+            {"qk_norm": True},
+        ):
             other = _lm(4, **overrides)
             assert other.plain_step(other.new_cache()) is None, overrides
 
