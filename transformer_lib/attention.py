@@ -343,22 +343,30 @@ class MultiHeadAttention(nn.Module):
             v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, T_k, d_k)
             if self.k_norm is not None:
                 k = self.k_norm(k)  # (B, h_kv, T_k, d_k): the cache keeps normalised keys
-            if self.rotary:  # the cache keeps rotated keys
-                q, k = self._turn(q, k, past=0 if cache is None else cache.length)
-            if cache is not None:
-                k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k)
+            if self.rotary and getattr(cache, "rotates_on_read", False):  # streaming.SinkCache: keys kept unturned
+                k, v = cache.update(k, v)  # (B, h_kv, n, d_k): what the cache kept, this call's positions last
+                q, k = self._turn(q, k, past=k.shape[-2] - q.shape[-2], key_past=0)  # positions in the cache
+            else:
+                if self.rotary:  # the cache keeps rotated keys
+                    q, k = self._turn(q, k, past=0 if cache is None else cache.length)
+                if cache is not None:
+                    k, v = cache.update(k, v)  # (B, h_kv, T_past + T_k, d_k)
         if self.num_kv_heads != self.num_heads:  # each key-value head serves a group of h / h_kv query heads
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, h, T, d_k) each
         return q, k, v
 
-    def _turn(self, q: torch.Tensor, k: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q (B, h, T_q, d_k) and k (B, h_kv, T_k, d_k) by their positions, which start at `past`."""
+    def _turn(
+        self, q: torch.Tensor, k: torch.Tensor, past: int, key_past: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (B, h, T_q, d_k) and k (B, h_kv, T_k, d_k) by their positions, which start at `past` (the keys'
+        at `key_past`, by default the same)."""
         T_q, T_k = q.shape[-2], k.shape[-2]
-        cos, sin = self._rotary_tables(past + max(T_q, T_k), q.device)  # (n, d_k) each
+        key_past = past if key_past is None else key_past
+        cos, sin = self._rotary_tables(max(past + T_q, key_past + T_k), q.device)  # (n, d_k) each
         layout, r = self.rotary_layout, self.rotary_dim
         q = turn(q, cos[past : past + T_q], sin[past : past + T_q], layout, r)  # (B, h, T_q, d_k)
-        k = turn(k, cos[past : past + T_k], sin[past : past + T_k], layout, r)  # (B, h_kv, T_k, d_k)
+        k = turn(k, cos[key_past : key_past + T_k], sin[key_past : key_past + T_k], layout, r)  # (B, h_kv, T_k, d_k)
         return q, k
 
     def _attend(

@@ -51,6 +51,7 @@ LATER = [
     "speculative",
     "arithmetic",
     "latent",
+    "streaming",
     "hf",
     "export",
     "recipes",
