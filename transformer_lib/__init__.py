@@ -83,6 +83,7 @@ _SUBMODULES = (
     "arithmetic",
     "latent",
     "streaming",
+    "evaluation",
 )
 # loaded on first use: the figures (with matplotlib's pyplot), the chapters' checkers and the ONNX export (tl.export,
 # which needs onnx, from the test extra, only when it writes a file)

@@ -52,6 +52,7 @@ LATER = [
     "arithmetic",
     "latent",
     "streaming",
+    "evaluation",
     "hf",
     "export",
     "recipes",

@@ -1,0 +1,113 @@
+"""One way to measure, for every chapter that measures: items a program scores, three metrics, and a report.
+
+A chapter's measurement is a list of items, each scored alone: 1 or 0 for an exact answer, the chance that
+one of k samples is right (pass@k), or a number of bits. `Result` keeps the per-item scores, so that two
+models measured on the same items can be compared pair by pair (`tl.evidence.compare`), and says its mean
+with a 95% bootstrap interval; `report` prints several results as one table.
+
+- `exact_match`: the answer equals the target after an optional normalisation (stripping, lower-casing).
+- `pass_at_k` (from `tl.alignment`): the unbiased estimate from n samples of which c are right.
+- `bits_per_byte`: a language model's total loss on a text, in bits, over the text's UTF-8 bytes: a
+  measure that does not depend on the tokenizer, so a character model and a BPE model can be compared.
+  Long texts are read in rolling windows as EleutherAI's lm-evaluation-harness reads them
+  (`rolling_windows`): the first window starts from a prefix token, each later one predicts the next
+  `max_len` tokens from the one token before them, so every token is predicted exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .alignment import pass_at_k
+
+__all__ = ["Result", "exact_match", "pass_at_k", "rolling_windows", "bits_per_byte", "report"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One task's scores: `scores` (N,) float64, one per item, in the items' order."""
+
+    task: str
+    metric: str
+    scores: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.scores.dim() != 1 or self.scores.numel() == 0:
+            raise ValueError(f"scores must be one number per item, (N,) with N >= 1, got {tuple(self.scores.shape)}")
+        if not torch.isfinite(self.scores).all():
+            raise ValueError(f"{self.task}: some scores are not finite numbers")
+
+    @property
+    def mean(self) -> float:
+        return self.scores.double().mean().item()
+
+    def interval(self, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+        """The 95% percentile bootstrap interval of the mean, resampling items (seeded: the same every time)."""
+        g = torch.Generator().manual_seed(seed)
+        picks = torch.randint(0, self.scores.numel(), (resamples, self.scores.numel()), generator=g)  # (R, N)
+        means = self.scores.double()[picks].mean(dim=1)  # (R,)
+        low, high = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+        return low, high
+
+
+def exact_match(
+    answers: Sequence[str], targets: Sequence[str], normalize: Callable[[str], str] | None = None
+) -> torch.Tensor:
+    """(N,) float64: 1.0 where answer i equals target i (after `normalize`, applied to both), else 0.0."""
+    if len(answers) != len(targets):
+        raise ValueError(f"one answer per target: got {len(answers)} answers and {len(targets)} targets")
+    norm = normalize or (lambda s: s)
+    return torch.tensor([float(norm(a) == norm(t)) for a, t in zip(answers, targets)], dtype=torch.float64)
+
+
+def rolling_windows(ids: Sequence[int], prefix_id: int, max_len: int) -> list[tuple[list[int], list[int]]]:
+    """Cut a text's token ids into (inputs, targets) windows that predict every token once.
+
+    The first window reads `prefix_id` and the first max_len - 1 tokens and predicts the first max_len;
+    each later one predicts the next max_len tokens (fewer at the end) from the max_len tokens before its
+    last one, so its first prediction has one token of context beyond what it predicts. Inputs and targets
+    have the same length in the first window; later ones may read more inputs than they predict, and then
+    only the last len(targets) outputs are scored.
+    """
+    if max_len < 1:
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+    ids = list(ids)
+    if not ids:
+        return []
+    first = min(max_len, len(ids))
+    windows = [([prefix_id] + ids[: first - 1], ids[:first])]
+    done = first
+    while done < len(ids):
+        end = done + min(max_len, len(ids) - done)
+        windows.append((ids[max(end - max_len - 1, 0) : end - 1], ids[done:end]))
+        done = end
+    return windows
+
+
+def bits_per_byte(model: nn.Module, ids: Sequence[int], text: str, prefix_id: int, max_len: int) -> float:
+    """The model's loss on the token ids of `text`, every token predicted once (`rolling_windows`), summed in bits and
+    divided by the number of UTF-8 bytes of `text`. `model` maps ids (1, T) to logits (1, T, V)."""
+    total = 0.0  # nats
+    device = next(model.parameters()).device
+    model.eval()
+    with torch.inference_mode():
+        for inputs, targets in rolling_windows(ids, prefix_id, max_len):
+            logits = model(torch.tensor([inputs], device=device))[0, -len(targets) :]  # (n, V): the scored outputs
+            total += F.cross_entropy(logits.double(), torch.tensor(targets, device=device), reduction="sum").item()
+    return total / math.log(2) / len(text.encode("utf-8"))
+
+
+def report(results: Sequence[Result]) -> str:
+    """A table of results: task, metric, items, mean and its 95% bootstrap interval."""
+    rows = [("task", "metric", "items", "mean", "95% interval")]
+    for r in results:
+        low, high = r.interval()
+        rows.append((r.task, r.metric, str(r.scores.numel()), f"{r.mean:.4f}", f"{low:.4f} to {high:.4f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
