@@ -362,8 +362,11 @@ class MultiHeadAttention(nn.Module):
         """Rotate q (B, h, T_q, d_k) and k (B, h_kv, T_k, d_k) by their positions, which start at `past` (the keys'
         at `key_past`, by default the same)."""
         T_q, T_k = q.shape[-2], k.shape[-2]
-        key_past = past if key_past is None else key_past
-        cos, sin = self._rotary_tables(max(past + T_q, key_past + T_k), q.device)  # (n, d_k) each
+        if key_past is None:  # one start for both (written as before: an ONNX trace follows `past` through it)
+            key_past, needed = past, past + max(T_q, T_k)
+        else:
+            needed = max(past + T_q, key_past + T_k)
+        cos, sin = self._rotary_tables(needed, q.device)  # (n, d_k) each
         layout, r = self.rotary_layout, self.rotary_dim
         q = turn(q, cos[past : past + T_q], sin[past : past + T_q], layout, r)  # (B, h, T_q, d_k)
         k = turn(k, cos[key_past : key_past + T_k], sin[key_past : key_past + T_k], layout, r)  # (B, h_kv, T_k, d_k)
