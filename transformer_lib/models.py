@@ -26,6 +26,26 @@ __all__ = ["Transformer", "EncoderOnlyModel", "EncoderClassifier", "EncoderRegre
 _ADDED = (SinusoidalPositionalEncoding, LearnedPositionalEncoding)  # positions added to the embeddings
 
 
+def _takes_plain_step(model: nn.Module, cls: type, methods: tuple[str, ...], embed: nn.Module, pos: nn.Module) -> bool:
+    """Whether a plain step would compute what `model`'s modules compute: `cls`'s own `methods`, no hook and no
+    training anywhere (`runs_as_written`), the package's token embedding and added positions."""
+    mine = all(getattr(type(model), m) is getattr(cls, m) for m in methods)
+    return mine and runs_as_written(model) and type(embed) is TokenEmbedding and type(pos) in _ADDED
+
+
+def _plain_model_step(
+    embed: TokenEmbedding, pos: nn.Module, layers: Callable[[torch.Tensor], torch.Tensor], head: nn.Linear
+) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """(ids (B, 1), position) -> logits (B, V): the embedding, the positions, the decoder's plain step, the head."""
+    embed_fn, positions, head_fn = embed.forward, pos.forward, plain_function(head)
+
+    def step(ids: torch.Tensor, position: int) -> torch.Tensor:
+        x = positions(embed_fn(ids, checked=True), offset=position)  # (B, 1, d_model)
+        return head_fn(layers(x))[:, -1]  # (B, 1, d_model) -> (B, V)
+
+    return step
+
+
 def _positional(cfg: TransformerConfig) -> nn.Module:
     kinds = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding, "rope": RotaryPositions}
     return kinds[cfg.positional](cfg.d_model, cfg.max_len, cfg.dropout)
@@ -134,22 +154,11 @@ class Transformer(nn.Module):
         call (`decoder.plain_decoder_step`); None where the modules must run as modules (a hook, training
         mode, a subclass that changes decoding) or the decoder is one the plain step does not reproduce.
         """
-        mine = all(
-            getattr(type(self), m) is getattr(Transformer, m) for m in ("decode", "new_cache", "new_cross_cache")
-        )
-        plain = mine and runs_as_written(self)
-        if not plain or type(self.tgt_embed) is not TokenEmbedding or type(self.tgt_pos) not in _ADDED:
+        methods = ("decode", "new_cache", "new_cross_cache")
+        if not _takes_plain_step(self, Transformer, methods, self.tgt_embed, self.tgt_pos):
             return None
         layers = plain_decoder_step(self.decoder, memory, src_mask, capacity)
-        if layers is None:
-            return None
-        embed, positions, head = self.tgt_embed.forward, self.tgt_pos.forward, plain_function(self.head)
-
-        def step(ids: torch.Tensor, position: int) -> torch.Tensor:
-            x = positions(embed(ids, checked=True), offset=position)  # (B, 1, d_model)
-            return head(layers(x))[:, -1]  # (B, 1, d_model) -> (B, V_tgt)
-
-        return step
+        return None if layers is None else _plain_model_step(self.tgt_embed, self.tgt_pos, layers, self.head)
 
     def greedy_decode(
         self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int, use_cache: bool = True
@@ -277,20 +286,10 @@ class DecoderOnlyLM(nn.Module):
         training mode, a subclass that changes forward or the caches) or the decoder is one the plain step
         does not reproduce (RoPE, grouped-query attention, a parallel block).
         """
-        mine = all(getattr(type(self), m) is getattr(DecoderOnlyLM, m) for m in ("forward", "new_cache"))
-        plain = mine and runs_as_written(self)
-        if not plain or type(self.embed) is not TokenEmbedding or type(self.pos) not in _ADDED:
+        if not _takes_plain_step(self, DecoderOnlyLM, ("forward", "new_cache"), self.embed, self.pos):
             return None
         layers = plain_decoder_step(self.decoder, None, None, 0, caches=caches)
-        if layers is None:
-            return None
-        embed, positions, head = self.embed.forward, self.pos.forward, plain_function(self.head)
-
-        def step(ids: torch.Tensor, position: int) -> torch.Tensor:
-            x = positions(embed(ids, checked=True), offset=position)  # (B, 1, d_model)
-            return head(layers(x))[:, -1]  # (B, 1, d_model) -> (B, V)
-
-        return step
+        return None if layers is None else _plain_model_step(self.embed, self.pos, layers, self.head)
 
     def generate(
         self,
