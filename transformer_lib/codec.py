@@ -14,6 +14,10 @@ step, with Laplace smoothing of the counts; an entry whose count falls below `de
 vector of the batch. Gradients pass the quantizer straight through (the output is x + (q - x).detach()), and a
 commitment loss pulls the encoder's vectors toward their codes.
 
+Around the quantizer sits a small convolutional encoder and decoder after SEANet, EnCodec's: `CodecEncoder` turns
+samples into frames (one per `hop` samples, hop the product of its strides), `CodecDecoder` turns frames back into
+samples, and `Codec` joins the three.
+
 `ResidualVectorQuantizer` keeps its codebooks under the names Hugging Face's `EncodecResidualVectorQuantizer` uses
 (`layers.{i}.codebook.embed`, `embed_avg`, `cluster_size`), so that `to_encodec` and `from_encodec` move them by
 name; `tests/unit/test_codec.py` checks that both give the same codes and the same decoded vectors.
@@ -27,7 +31,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Codebook", "ResidualVectorQuantizer", "bits_per_second", "to_encodec", "from_encodec"]
+__all__ = [
+    "Codebook",
+    "ResidualVectorQuantizer",
+    "bits_per_second",
+    "to_encodec",
+    "from_encodec",
+    "ResidualUnit",
+    "CodecEncoder",
+    "CodecDecoder",
+    "Codec",
+]
 
 
 def _check_vectors(x: torch.Tensor, dim: int) -> None:
@@ -193,3 +207,139 @@ def from_encodec(theirs) -> ResidualVectorQuantizer:
     state = {k: v for k, v in theirs.state_dict().items() if not k.endswith(".inited")}
     ours.load_state_dict(state)
     return ours
+
+
+# ---- the encoder and decoder around the quantizer (SEANet, as EnCodec's, smaller) -------------------------------
+
+
+def _same(x: torch.Tensor, kernel: int, dilation: int = 1) -> torch.Tensor:
+    """Zero-pad (B, C, T) so that a stride-1 convolution keeps T: (kernel - 1) x dilation samples, split."""
+    total = (kernel - 1) * dilation
+    return F.pad(x, (total - total // 2, total // 2))
+
+
+class ResidualUnit(nn.Module):
+    """x + Conv(k=1)(ELU(Conv(k=3, dilation)(ELU(x)))), (B, C, T) -> same: SEANet's block, which widens what one
+    output sees without changing the length."""
+
+    def __init__(self, channels: int, dilation: int = 1):
+        super().__init__()
+        self.dilation = dilation
+        self.conv = nn.Conv1d(channels, channels, 3, dilation=dilation)
+        self.mix = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mix(F.elu(self.conv(_same(F.elu(x), 3, self.dilation))))
+
+
+def _check_strides(strides: tuple[int, ...]) -> tuple[int, ...]:
+    strides = tuple(strides)
+    if not strides or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides):
+        raise ValueError(f"strides must be positive ints, at least one, got {strides!r}")
+    return strides
+
+
+class CodecEncoder(nn.Module):
+    """samples (B, T) -> frames (B, T / hop, dim), T a multiple of hop = the product of `strides`.
+
+    A convolution of kernel 7 to `channels`; then for each stride s a residual unit and a convolution of
+    kernel 2s and stride s that doubles the channels; then ELU and a convolution of kernel 3 to `dim`.
+    """
+
+    def __init__(self, channels: int = 16, strides: tuple[int, ...] = (2, 4, 5), dim: int = 32):
+        super().__init__()
+        self.strides = _check_strides(strides)
+        self.hop = math.prod(self.strides)
+        self.stem = nn.Conv1d(1, channels, 7)
+        widths = [channels * 2**i for i in range(len(self.strides) + 1)]
+        self.units = nn.ModuleList(ResidualUnit(w) for w in widths[:-1])
+        self.downs = nn.ModuleList(
+            nn.Conv1d(a, b, 2 * s, stride=s) for a, b, s in zip(widths, widths[1:], self.strides)
+        )
+        self.out = nn.Conv1d(widths[-1], dim, 3)
+
+    def receptive_field(self) -> int:
+        """How many samples one frame reads: each layer of kernel k (dilation d) adds (k - 1) x d times the
+        samples between its inputs (the product of the strides before it)."""
+        field, jump = 1 + 6, 1  # the stem, kernel 7
+        for s in self.strides:
+            field += 2 * jump  # the residual unit's kernel 3 (its kernel-1 mix adds nothing)
+            field += (2 * s - 1) * jump  # the strided convolution, kernel 2s
+            jump *= s
+        return field + 2 * jump  # the last convolution, kernel 3
+
+    def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        if samples.dim() != 2 or samples.shape[-1] % self.hop or not samples.is_floating_point():
+            raise ValueError(
+                f"the encoder reads float samples (B, T) with T a multiple of its hop {self.hop}, "
+                f"got {samples.dtype} of shape {tuple(samples.shape)}"
+            )
+        x = self.stem(_same(samples[:, None], 7))  # (B, channels, T)
+        for unit, down, s in zip(self.units, self.downs, self.strides):
+            x = down(F.pad(F.elu(unit(x)), ((s + 1) // 2, s // 2)))  # (B, 2C, T / s): padded by s in all
+        return self.out(_same(F.elu(x), 3)).transpose(1, 2)  # (B, dim, T / hop) -> (B, T / hop, dim)
+
+
+class CodecDecoder(nn.Module):
+    """frames (B, F, dim) -> samples (B, F x hop): the encoder in reverse, transposed convolutions of kernel 2s and
+    stride s halving the channels, each followed by a residual unit, then ELU and a convolution of kernel 7 to one
+    channel."""
+
+    def __init__(self, channels: int = 16, strides: tuple[int, ...] = (2, 4, 5), dim: int = 32):
+        super().__init__()
+        self.strides = _check_strides(strides)[::-1]  # the encoder's, last first
+        self.hop = math.prod(self.strides)
+        widths = [channels * 2**i for i in range(len(self.strides) + 1)][::-1]
+        self.inp = nn.Conv1d(dim, widths[0], 7)
+        self.ups = nn.ModuleList(
+            nn.ConvTranspose1d(a, b, 2 * s, stride=s) for a, b, s in zip(widths, widths[1:], self.strides)
+        )
+        self.units = nn.ModuleList(ResidualUnit(w) for w in widths[1:])
+        self.out = nn.Conv1d(widths[-1], 1, 7)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        if frames.dim() != 3 or frames.shape[-1] != self.inp.in_channels:
+            raise ValueError(f"the decoder reads frames (B, F, {self.inp.in_channels}), got {tuple(frames.shape)}")
+        x = self.inp(_same(frames.transpose(1, 2), 7))  # (B, C, F)
+        for up, unit, s in zip(self.ups, self.units, self.strides):
+            x = up(F.elu(x))  # (B, C / 2, F s + s): s samples more than wanted
+            x = unit(x[..., (s + 1) // 2 : x.shape[-1] - s // 2])  # (B, C / 2, F s)
+        return self.out(_same(F.elu(x), 7))[:, 0]  # (B, 1, T) -> (B, T)
+
+
+class Codec(nn.Module):
+    """samples (B, T) -> codes (B, T / hop, n) -> samples: `CodecEncoder`, `ResidualVectorQuantizer`, `CodecDecoder`.
+
+    forward(samples, n=None) -> (reconstruction (B, T), codes (B, F, n), commitment loss): the quantizer's
+    forward (straight-through, with quantizer dropout in training when `dropout=True`).
+    """
+
+    def __init__(
+        self,
+        channels: int = 16,
+        strides: tuple[int, ...] = (2, 4, 5),
+        dim: int = 32,
+        num_quantizers: int = 4,
+        size: int = 64,
+        *,
+        dropout: bool = True,
+    ):
+        super().__init__()
+        self.encoder = CodecEncoder(channels, strides, dim)
+        self.quantizer = ResidualVectorQuantizer(num_quantizers, size, dim, dropout=dropout)
+        self.decoder = CodecDecoder(channels, strides, dim)
+        self.hop = self.encoder.hop
+
+    def encode(self, samples: torch.Tensor, n: int | None = None) -> torch.Tensor:
+        """samples (B, T) -> codes (B, T / hop, n)."""
+        return self.quantizer.encode(self.encoder(samples), n)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, F, n) -> samples (B, F x hop)."""
+        return self.decoder(self.quantizer.decode(codes))
+
+    def forward(
+        self, samples: torch.Tensor, n: int | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        quantized, codes, commitment = self.quantizer(self.encoder(samples), n, generator)
+        return self.decoder(quantized), codes, commitment

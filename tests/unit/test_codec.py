@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from transformer_lib import codec
 
@@ -155,3 +156,64 @@ def test_bits_per_second_is_encodecs_bandwidth():
 def test_bad_input_is_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):
         call(codec.ResidualVectorQuantizer(2, 8, 3))
+
+
+# ---- the encoder and decoder around the quantizer -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strides", [(2, 4, 5), (3, 2)])
+def test_the_encoder_makes_one_frame_per_hop_and_reads_its_receptive_field(strides):
+    torch.manual_seed(0)
+    encoder = codec.CodecEncoder(channels=4, strides=strides, dim=6).eval()
+    hop = math.prod(strides)
+    samples = torch.randn(2, 40 * hop, requires_grad=True)
+    frames = encoder(samples)
+    assert frames.shape == (2, 40, 6) and encoder.hop == hop
+    frames[0, 20].sum().backward()  # which samples does the middle frame read? those with a gradient
+    read = samples.grad[0].nonzero()[:, 0]
+    assert read.max() - read.min() + 1 == encoder.receptive_field()
+    assert samples.grad[1].abs().sum() == 0  # and nothing of the other clip
+
+
+def test_the_decoder_returns_the_length_and_the_codec_its_codes():
+    torch.manual_seed(1)
+    model = codec.Codec(channels=4, strides=(2, 5), dim=8, num_quantizers=3, size=16).eval()
+    samples = torch.randn(3, 200)
+    with torch.no_grad():
+        rebuilt, codes, commitment = model(samples)
+        assert rebuilt.shape == (3, 200) and codes.shape == (3, 20, 3) and commitment >= 0
+        torch.testing.assert_close(model.decode(model.encode(samples)), rebuilt, atol=1e-5, rtol=0)
+        coarse = model.decode(model.encode(samples, n=1))  # the first codebook alone: another, coarser sound
+    assert coarse.shape == (3, 200) and not torch.allclose(coarse, rebuilt, atol=1e-4)
+
+
+@pytest.mark.slow  # about 2 s: make test runs it, make check does not
+def test_the_codec_learns_to_rebuild_a_tone_through_the_quantizer():
+    """A few Adam steps on one clip: the reconstruction error falls, and the encoder learns through the codes'
+    straight-through gradient (its weights move)."""
+    torch.manual_seed(2)
+    model = codec.Codec(channels=8, strides=(2, 4), dim=8, num_quantizers=2, size=32, dropout=False)
+    t = torch.arange(800) / 8000
+    clip = (0.5 * torch.sin(2 * math.pi * 440 * t) + 0.3 * torch.sin(2 * math.pi * 1209 * t))[None]  # (1, 800)
+    before = model.encoder.stem.weight.detach().clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    errors = []
+    for _ in range(60):
+        rebuilt, _, commitment = model(clip, generator=torch.Generator().manual_seed(0))
+        loss = F.mse_loss(rebuilt, clip) + 0.25 * commitment
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        errors.append(F.mse_loss(rebuilt, clip).item())
+    assert errors[-1] < 0.5 * errors[0]
+    assert not torch.equal(model.encoder.stem.weight, before)
+
+
+def test_the_codec_refuses_what_it_cannot_read():
+    model = codec.Codec(channels=4, strides=(2, 5), dim=8)
+    with pytest.raises(ValueError, match=r"T a multiple of its hop 10, got torch.float32 of shape \(1, 95\)"):
+        model(torch.zeros(1, 95))
+    with pytest.raises(ValueError, match=r"the decoder reads frames \(B, F, 8\), got \(1, 5, 7\)"):
+        model.decoder(torch.zeros(1, 5, 7))
+    with pytest.raises(ValueError, match="strides must be positive ints"):
+        codec.CodecEncoder(strides=(2, 0))
