@@ -1,8 +1,12 @@
 """Repository-wide pytest hooks: time every notebook that nbval runs, as a benchmark, not as a test.
 
 At the end of an nbval run the table of notebook times is printed, each also as a ratio to the
-reference workload of benchmarks/reference.py, timed in the same session before the first notebook
-and after the last, with its spread (a ratio whose reference moved by more than 10% says so). With
+reference workload of benchmarks/reference.py, timed in the same session. Run one notebook at a time,
+the reference is timed before every notebook and after the last, and each notebook's ratio is to the mean
+of the two timings beside it: a shared machine whose speed drifts during the run (by 30% in one run here)
+moves the notebook and its reference alike. Under pytest-xdist it is timed before the first notebook and
+after the last only. The spread of the timings is printed (a reference that moved by more than 10% says
+so). With
 NOTEBOOK_REPORT set, the times also go to that JSON file for tools/results.py. The budget is
 <= 6x per notebook (reported, never enforced: machines are shared and their speed moves). Only a
 notebook past the safety net of NOTEBOOK_TIME_LIMIT seconds (default 600, far beyond any
@@ -24,7 +28,8 @@ import pytest
 LIMIT_S = float(os.environ.get("NOTEBOOK_TIME_LIMIT", "600"))
 BUDGET = 6.0
 _times: dict[str, float] = defaultdict(float)
-_reference: list[float] = []  # the reference workload's seconds, before the notebooks and after
+_reference: list[float] = []  # the reference workload's seconds: before each notebook (one at a time) and after
+_started: list[str] = []  # the notebooks in the order they started, one reference timing before each
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,6 +37,15 @@ def pytest_configure(config: pytest.Config) -> None:
         from kernel_start import install_into_nbval  # tools/, on pytest's pythonpath (pyproject.toml)
 
         install_into_nbval()  # imported only here: make check's unit tests start no kernel
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    """Before a notebook's first cell (outside every phase's duration): the reference, timed beside it."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb") and _reference and not _parallel and (not _started or _started[-1] != path):
+        if _started:  # the first notebook's timing is the one made after collection
+            _time_reference()
+        _started.append(path)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -48,6 +62,9 @@ def _time_reference() -> None:
     _reference.append(reference_seconds())
 
 
+_parallel: list[bool] = []  # non-empty under pytest-xdist: the notebooks overlap, so one reference for all
+
+
 def _workers(config: pytest.Config) -> int:
     """How many pytest-xdist workers run the notebooks at once (0: none, this process runs them)."""
     return int(getattr(config.option, "numprocesses", 0) or 0)
@@ -58,11 +75,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # reports, so it times the reference here, before any worker starts a kernel.
     config = session.config
     if _workers(config) and not hasattr(config, "workerinput") and getattr(config.option, "nbval", False):
+        _parallel.append(True)
         _time_reference()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if hasattr(session.config, "workerinput") or _workers(session.config):
+        _parallel.append(True)
         return  # pytest-xdist: timed once, by the process that gathers the reports (pytest_sessionstart)
     if any(item.nodeid.split("::", 1)[0].endswith(".ipynb") for item in session.items):
         _time_reference()  # before the first notebook
@@ -80,24 +99,43 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         spread = (max(_reference) - min(_reference)) / reference
         timed = ", ".join(f"{r:.2f} s" for r in _reference)
         warning = "  MOVED BY MORE THAN 10%: the ratios below are uncertain" if spread > 0.10 else ""
-        line = f"reference workload (benchmarks/reference.py): {timed} (before and after), spread {spread:.0%}"
+        when = "before each notebook and after the last" if _beside() else "before and after"
+        if _beside() and spread > 0.10:
+            warning = "  (it moved: each ratio below uses the timings beside its notebook)"
+        line = f"reference workload (benchmarks/reference.py): {timed} ({when}), spread {spread:.0%}"
         terminalreporter.write_line(line + warning)
     workers = _workers(config)
     if workers:
         terminalreporter.write_line(f"{workers} notebooks at a time (pytest-xdist), each on its own kernel")
+    beside = _beside()  # notebook -> the reference timed just before and just after it (one at a time)
+    if beside:
+        terminalreporter.write_line(
+            "each notebook's ratio is to the mean of the reference timed just before and after it"
+        )
     if os.environ.get("NOTEBOOK_REPORT"):
         report = Path(os.environ["NOTEBOOK_REPORT"])
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(
-            json.dumps({"reference_seconds": _reference, "workers": workers, "notebooks": dict(_times)}, indent=1)
-        )
+        fields = {"reference_seconds": _reference, "workers": workers, "notebooks": dict(_times)}
+        report.write_text(json.dumps(fields | ({"reference_beside": beside} if beside else {}), indent=1))
     for path, seconds in sorted(_times.items()):
-        ratio = f"{seconds / reference:6.1f}x" if reference else ""
-        over = reference is not None and seconds / reference > BUDGET
+        near = sum(beside[path]) / 2 if path in beside else reference
+        ratio = f"{seconds / near:6.1f}x" if near else ""
+        over = near is not None and seconds / near > BUDGET
         flag = "  PAST THE SAFETY NET" if seconds > LIMIT_S else ("  over budget" if over else "")
         terminalreporter.write_line(f"{seconds:7.1f} s {ratio}  {path}{flag}")
     total = sum(_times.values())
-    terminalreporter.write_line(f"{total:7.1f} s {f'{total / reference:6.1f}x' if reference else ''}  all notebooks")
+    if beside and set(beside) == set(_times):  # the suite: the sum of the notebooks' own ratios
+        suite = sum(seconds / (sum(beside[path]) / 2) for path, seconds in _times.items())
+    else:
+        suite = total / reference if reference else None
+    terminalreporter.write_line(f"{total:7.1f} s {f'{suite:6.1f}x' if suite else ''}  all notebooks")
+
+
+def _beside() -> dict[str, list[float]]:
+    """Each notebook run one at a time -> [the reference timed before it, the one after it]."""
+    if _parallel or len(_reference) != len(_started) + 1:
+        return {}
+    return {path: [_reference[i], _reference[i + 1]] for i, path in enumerate(_started)}
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

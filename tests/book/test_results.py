@@ -44,3 +44,17 @@ def test_the_tool_reads_the_reports_of_a_run(tmp_path):
     assert "spread 22%" in text and "more than 10%" in text
     assert "fused path 0.96x" in text
     assert "**portable kernels, one thread**: not run." in text
+
+
+def test_each_notebook_is_divided_by_the_reference_timed_beside_it(tmp_path):
+    """Run one at a time, a notebook's ratio is to the reference timed just before and after it, and the suite's is
+    the sum of the notebooks' ratios: a machine that slows down halfway slows both alike."""
+    report = {
+        "reference_seconds": [2.0, 2.0, 3.0],
+        "notebooks": {"notebooks/01_a.ipynb": 10.0, "notebooks/02_b.ipynb": 15.0},
+        "reference_beside": {"notebooks/01_a.ipynb": [2.0, 2.0], "notebooks/02_b.ipynb": [2.0, 3.0]},
+    }
+    (tmp_path / "notebooks.json").write_text(json.dumps(report))
+    text = results.render(tmp_path)
+    assert "| 01_a | 10.0 | 5.0x |" in text and "| 02_b | 15.0 | 6.0x |" in text  # 15 / 2.5, not 15 / 2.33
+    assert "**11.0x**" in text and "each notebook's ratio is to the mean of the two beside it" in text
