@@ -70,7 +70,7 @@ class TransformerConfig:
     rope_scaling: str = "none"  # reading past the trained length: "linear", "ntk", "yarn" or "llama3" (positional.py)
     rope_factor: float = 1.0  # how many times the trained length the scaled RoPE is meant to read
     rope_original_len: int | None = None  # the length the model was trained on ("yarn" and "llama3" need it)
-    qk_norm: bool = False  # an RMSNorm on each head's query and key before RoPE (Qwen3, OLMo 2, Gemma 3)
+    qk_norm: bool = False  # an RMSNorm on each head's query and key before RoPE (Qwen3, Gemma 3)
     num_experts: int = 0  # > 0: each feed-forward block is a mixture of this many experts of width d_ff (Mixtral)
     experts_per_token: int = 2  # with experts: how many each token goes to (top-k routing)
 

@@ -10,8 +10,9 @@ with a 95% bootstrap interval; `report` prints several results as one table.
 - `bits_per_byte`: a language model's total loss on a text, in bits, over the text's UTF-8 bytes: a
   measure that does not depend on the tokenizer, so a character model and a BPE model can be compared.
   Long texts are read in rolling windows as EleutherAI's lm-evaluation-harness reads them
-  (`rolling_windows`): the first window starts from a prefix token, each later one predicts the next
-  `max_len` tokens from the one token before them, so every token is predicted exactly once.
+  (`rolling_windows`): the first window starts from a prefix token; each later one reads the token just
+  before its (up to) `max_len` targets and the targets themselves (lm-eval's context length 1), so its first
+  target has one token of context and its last `max_len`; every token is predicted exactly once.
 """
 
 from __future__ import annotations

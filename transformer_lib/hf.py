@@ -302,7 +302,8 @@ def _rope_theta(hf_config, scaled: tuple[str, ...] = ()) -> float:
 
 
 # RoPE scalings that transformers and positional.rope_frequencies compute alike, with the fields each reads and the
-# values ours fixes (YaRN's ramp from 32 turns to 1, Llama 3.1's bands at 1 and 4 times a quarter of the length)
+# values ours fixes (YaRN's ramp from 32 turns to 1; Llama 3.1's bands at wavelengths of the trained length and a
+# quarter of it, low_freq_factor 1 and high_freq_factor 4)
 _ROPE_SCALED = {
     "linear": {},
     "yarn": {

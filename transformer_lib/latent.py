@@ -5,8 +5,8 @@ Ordinary attention caches, per token and layer, a key and a value for every key-
 heads. Multi-head latent attention (MLA) keeps all the heads but caches something smaller: one
 vector c of kv_rank numbers per token (the latent), from which a learned matrix makes every head's
 key and value, and one rotary key of rope_dim numbers that all heads share. DeepSeek-V3 caches
-512 + 64 = 576 numbers per token and layer where its 128 heads would need 2 x 128 x (128 + 64)
-keys and values of their own.
+512 + 64 = 576 numbers per token and layer where its 128 heads would need 128 x (128 + 64) key numbers
+and 128 x 128 value numbers of their own, 40,960 in all (about 71 times as many).
 
 The rotary position cannot go through the latent: a rotation that depends on the position would sit
 between the two matrices, and the matrices could no longer be multiplied together once (below). So
@@ -52,7 +52,8 @@ class MultiHeadLatentAttention(nn.Module):
     - scores scaled by 1 / sqrt(nope_dim + rope_dim); out_proj maps the heads' values back.
 
     RoPE pairs dimension i with i + rope_dim / 2 of the rotary part ("half" layout): Hugging Face's
-    DeepSeek-V3 pairs 2i with 2i + 1 instead, which `tl.hf` turns into this layout when it converts.
+    DeepSeek-V3 with `rope_interleave=True` (its default) pairs 2i with 2i + 1 instead, which `tl.hf` turns into
+    this layout when it converts.
     """
 
     def __init__(

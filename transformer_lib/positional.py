@@ -153,8 +153,9 @@ def rope_frequencies(
       pair as it was and slows the slowest by exactly `factor`: interpolation for the slow pairs, extrapolation for
       the fast ones, in one formula.
     - "yarn" (Peng et al., 2023): per pair by wavelength: pairs that turn more than 32 times within the trained
-      length keep their rate, pairs that turn less than once are interpolated (divided by `factor`), and a linear
-      ramp in between; the tables are multiplied by 0.1 ln(factor) + 1, which sharpens the softmax back.
+      length keep their rate, pairs that turn less than once are interpolated (divided by `factor`), and between
+      them a ramp linear in the pair index (as `transformers` and the YaRN code compute it; the paper's is linear in
+      the number of turns); the tables are multiplied by 0.1 ln(factor) + 1, which sharpens the softmax back.
     - "llama3" (Llama 3.1): the same idea with wavelength bands: longer than the trained length, divided by
       `factor`; shorter than a quarter of it, kept; between, a smooth mix.
     """
@@ -216,9 +217,11 @@ def rotary_tables(
         raise ValueError(f"rotary layout must be one of {ROTARY_LAYOUTS}, got {layout!r}")
     if r < d:
         angles = torch.cat((angles, angles.new_zeros(angles.shape[0], d - r)), dim=-1)  # (T, d): the rest stays
-    if gain != 1.0:  # YaRN: both queries and keys grow, so every score grows by gain squared
-        return angles.cos() * gain, angles.sin() * gain
-    return angles.cos(), angles.sin()
+    cos, sin = angles.cos(), angles.sin()
+    if gain != 1.0:  # YaRN: the turned part of queries and keys grows, so its share of every score by gain squared
+        cos, sin = cos.clone(), sin.clone()
+        cos[:, :r], sin[:, :r] = cos[:, :r] * gain, sin[:, :r] * gain  # dimensions past r still pass unchanged
+    return cos, sin
 
 
 def turn(

@@ -58,10 +58,11 @@ class SinkCache:
 
     def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new (B, h, T, d) keys and values, drop what falls between the sinks and the window, and return
-        what is kept, (B, h, n, d), the new positions last. T may exceed the window only when nothing is held yet
-        and the whole prompt fits (sinks + window): a longer prompt would need positions the cache has dropped."""
+        what is kept, (B, h, n, d), the new positions last. A call of several positions is taken only while
+        everything still fits in sinks + window (nothing dropped); once the cache would drop positions, one
+        position per call: several at once would need, each, positions the others dropped."""
         if self.key is not None and key.shape[-2] > 1 and self.length + key.shape[-2] > self.sinks + self.window:
-            raise ValueError("after the prompt, a SinkCache takes one position at a time: feed the tokens one by one")
+            raise ValueError("a full SinkCache takes one position at a time: feed the tokens one by one")
         if self.key is None and key.shape[-2] > self.sinks + self.window:
             raise ValueError(f"a prompt of {key.shape[-2]} positions does not fit in sinks + window = "
                              f"{self.sinks + self.window}; feed the rest one token at a time")  # fmt: skip

@@ -189,8 +189,8 @@ def test_the_decoder_returns_the_length_and_the_codec_its_codes():
 
 @pytest.mark.slow  # about 2 s: make test runs it, make check does not
 def test_the_codec_learns_to_rebuild_a_tone_through_the_quantizer():
-    """A few Adam steps on one clip: the reconstruction error falls, and the encoder learns through the codes'
-    straight-through gradient (its weights move)."""
+    """A few Adam steps on one clip: the reconstruction error falls, and the reconstruction's gradient reaches the
+    encoder through the codes (straight through), beside the commitment loss's."""
     torch.manual_seed(2)
     model = codec.Codec(channels=8, strides=(2, 4), dim=8, num_quantizers=2, size=32, dropout=False)
     t = torch.arange(800) / 8000
@@ -217,3 +217,11 @@ def test_the_codec_refuses_what_it_cannot_read():
         model.decoder(torch.zeros(1, 5, 7))
     with pytest.raises(ValueError, match="strides must be positive ints"):
         codec.CodecEncoder(strides=(2, 0))
+
+
+def test_the_reconstruction_reaches_the_encoder_straight_through_the_codes():
+    torch.manual_seed(3)
+    model = codec.Codec(channels=4, strides=(2, 5), dim=8, num_quantizers=2, size=16, dropout=False)
+    rebuilt, _, _ = model(torch.randn(1, 100))
+    F.mse_loss(rebuilt, torch.zeros(1, 100)).backward()  # the reconstruction alone, no commitment loss
+    assert model.encoder.stem.weight.grad.abs().sum() > 0

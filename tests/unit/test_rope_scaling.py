@@ -64,6 +64,9 @@ def test_no_scaling_gives_the_tables_as_before():
     )
     yarn_cos, _ = rotary_tables(positions, 16, 10000.0, scaling=("yarn", 4.0, 16))
     assert yarn_cos[0, 0].item() == pytest.approx(0.1 * math.log(4.0) + 1.0)  # position 0: cos 1, times YaRN's gain
+    partial_cos, partial_sin = rotary_tables(positions, 16, 10000.0, rotary_dim=8, scaling=("yarn", 4.0, 16))
+    assert partial_cos[0, :8].tolist() == [pytest.approx(0.1 * math.log(4.0) + 1.0)] * 8  # the turned part grows
+    assert torch.equal(partial_cos[:, 8:], torch.ones(50, 8)) and torch.equal(partial_sin[:, 8:], torch.zeros(50, 8))
 
 
 def _llama(parameters):
