@@ -133,7 +133,7 @@ def test_bert_differs_from_the_2017_encoder_where_the_text_says():
     with pytest.raises(ValueError, match="only absolute positions are supported"):
         tl.hf._bert_config(relative)
     takes = "DecoderOnlyLM, BertForMaskedLM, BertClassifier, VisionTransformer, SpeechTranscriber, "
-    takes += "BartForConditionalGeneration, Wav2Vec2ForCTC, Wav2Vec2ForPreTraining, CLIPModel"
+    takes += "BartForConditionalGeneration, Wav2Vec2ForCTC, Wav2Vec2ForPreTraining, CLIPModel, LatentLM"
     with pytest.raises(TypeError, match=f"to_hf takes one of {takes}, got Linear"):
         tl.hf.to_hf(torch.nn.Linear(2, 2))
 
