@@ -229,6 +229,7 @@ class ResidualUnit(nn.Module):
         self.mix = nn.Conv1d(channels, channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, T) -> (B, C, T): the input plus what the two convolutions make of it."""
         return x + self.mix(F.elu(self.conv(_same(F.elu(x), 3, self.dilation))))
 
 
@@ -269,6 +270,7 @@ class CodecEncoder(nn.Module):
         return field + 2 * jump  # the last convolution, kernel 3
 
     def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        """samples (B, T) -> frames (B, T / hop, dim)."""
         if samples.dim() != 2 or samples.shape[-1] % self.hop or not samples.is_floating_point():
             raise ValueError(
                 f"the encoder reads float samples (B, T) with T a multiple of its hop {self.hop}, "
@@ -298,6 +300,7 @@ class CodecDecoder(nn.Module):
         self.out = nn.Conv1d(widths[-1], 1, 7)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """frames (B, F, dim) -> samples (B, F x hop)."""
         if frames.dim() != 3 or frames.shape[-1] != self.inp.in_channels:
             raise ValueError(f"the decoder reads frames (B, F, {self.inp.in_channels}), got {tuple(frames.shape)}")
         x = self.inp(_same(frames.transpose(1, 2), 7))  # (B, C, F)
@@ -341,5 +344,6 @@ class Codec(nn.Module):
     def forward(
         self, samples: torch.Tensor, n: int | None = None, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """samples (B, T) -> (reconstruction (B, T), codes (B, T / hop, n), commitment loss)."""
         quantized, codes, commitment = self.quantizer(self.encoder(samples), n, generator)
         return self.decoder(quantized), codes, commitment

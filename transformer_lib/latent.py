@@ -169,6 +169,7 @@ class LatentLayer(nn.Module):
         self.feed_forward = FeedForward(cfg.d_model, cfg.d_ff, activation="swiglu", bias=False)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, absorbed: bool = False) -> torch.Tensor:
+        """x (B, T, d_model) -> (B, T, d_model); `cache` and `absorbed` as MultiHeadLatentAttention's."""
         x = x + self.attn(self.attn_norm(x), cache, absorbed)
         return x + self.feed_forward(self.ff_norm(x))
 
