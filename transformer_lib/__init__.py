@@ -12,7 +12,7 @@ function is added to its module's list and nowhere else.
 import importlib
 
 from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe  # noqa: F401
-from . import quantization, recipes, speculative, speech, surgery, vit, wav2vec2  # noqa: F401
+from . import quantization, recipes, speculative, speech, surgery, viola, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
@@ -55,7 +55,8 @@ _ROOT = (
 )
 # modules reached as tl.<name>: the plays, recipes, looking inside, experts, adapters, int8, Hugging Face, surgery,
 # BERT and its pre-training, the Vision Transformer, the speech model, the chat model, alignment, the rule of evidence,
-# CTC, BART's noising, wav2vec 2.0's parts, a codec's residual vector quantizer, FlashAttention written out, CLIP,
+# CTC, BART's noising, wav2vec 2.0's parts, a codec's residual vector quantizer, VioLA's tasks in one model,
+# FlashAttention written out, CLIP,
 # speculative decoding, addition written out
 _SUBMODULES = (
     "corpus",
@@ -77,6 +78,7 @@ _SUBMODULES = (
     "bart",
     "wav2vec2",
     "codec",
+    "viola",
     "flash",
     "clip",
     "speculative",

@@ -16,6 +16,8 @@ from torch import nn
 
 from .bart import BartForConditionalGeneration
 from .bert import BertClassifier, BertForMaskedLM
+from .clip import CLIPModel
+from .codec import Codec
 from .config import TransformerConfig
 from .models import DecoderOnlyLM, EncoderClassifier, EncoderRegressor, Transformer
 from .speech import SpeechTranscriber
@@ -39,6 +41,8 @@ _MODELS = {
         Wav2Vec2ForPreTraining,
         Wav2Vec2ForCTC,
         BartForConditionalGeneration,
+        CLIPModel,
+        Codec,
     )
 }
 
@@ -50,7 +54,7 @@ def save_checkpoint(model: nn.Module, path: str | Path, init: dict | None = None
     torch.save(
         {
             "class": type(model).__name__,
-            "config": asdict(model.config),
+            "config": asdict(model.config) if hasattr(model, "config") else None,  # a codec has none
             "init": dict(init or {}),
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
             "meta": meta,
@@ -69,6 +73,9 @@ def load_checkpoint(name: str | Path, device: torch.device | str | None = None) 
         shipped = sorted(p.stem for p in CHECKPOINT_DIR.glob("*.pt"))
         raise FileNotFoundError(f"no checkpoint at {path}; the package ships {shipped}")
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    model = _MODELS[saved["class"]](TransformerConfig(**saved["config"]), **saved["init"])
+    # a second config among the constructor's arguments (CLIP's vision_config) is saved as a dict: a config again
+    init = {k: TransformerConfig(**v) if k.endswith("_config") else v for k, v in saved["init"].items()}
+    config = () if saved["config"] is None else (TransformerConfig(**saved["config"]),)
+    model = _MODELS[saved["class"]](*config, **init)
     model.load_state_dict(saved["state_dict"])
     return model.to(device or "cpu").eval(), saved["meta"]

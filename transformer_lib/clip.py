@@ -18,12 +18,16 @@ What the two towers change against the book's other encoders:
 
 `CLIPModel` loads into `transformers`' CLIPModel and back (`tl.hf`); `tests/unit/test_clip.py` checks the logits, the
 embeddings and the loss on random configurations both ways.
+
+Chapter 19 trains one on the handwritten digits, with captions a program writes (`describe`, `digit_captions`):
+`CAPTION_TEMPLATES` in training, `HELD_OUT_TEMPLATES` (phrasings it never saw) for zero-shot classification
+(`class_embeddings`, `zero_shot_accuracy`), `retrieval_recall` both ways, and a linear probe on `image_features`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +37,28 @@ from .config import TransformerConfig
 from .encoder import Encoder
 from .layers import LayerNorm
 from .masks import causal_mask
+from .tasks import pad_sequences
+from .tokenization import CharTokenizer
 from .vit import PatchEmbedding
 
-__all__ = ["clip_config", "TextTower", "ImageTower", "CLIPModel", "clip_loss"]
+__all__ = [
+    "clip_config",
+    "TextTower",
+    "ImageTower",
+    "CLIPModel",
+    "clip_loss",
+    "DIGIT_WORDS",
+    "CAPTION_TEMPLATES",
+    "HELD_OUT_TEMPLATES",
+    "describe",
+    "digit_captions",
+    "caption_tokenizer",
+    "encode_captions",
+    "class_embeddings",
+    "zero_shot_accuracy",
+    "retrieval_recall",
+    "image_features",
+]
 
 
 def clip_config(**fields) -> TransformerConfig:
@@ -132,6 +155,19 @@ class CLIPModel(nn.Module):
         self.image_projection = nn.Linear(vision_config.d_model, projection_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor(float(logit_scale)))  # the inverse temperature's log: learned
 
+    def checkpoint_init(self) -> dict:
+        """The constructor's arguments beyond the text config, as `save_checkpoint`'s `init` stores them (the vision
+        config as a dict, which `load_checkpoint` makes a config again). The temperature is a weight: it is saved
+        with them."""
+        return {
+            "vision_config": asdict(self.vision_config),
+            "image_size": self.image.image_size,
+            "patch_size": self.image.patch_size,
+            "channels": self.image.patches.channels,
+            "projection_dim": self.text_projection.out_features,
+            "eos_id": self.text.eos_id,
+        }
+
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) -> (B, projection_dim), each of length 1."""
         return F.normalize(self.text_projection(self.text(tokens)), dim=-1)
@@ -153,3 +189,143 @@ def clip_loss(logits_per_image: torch.Tensor) -> torch.Tensor:
                          f"{tuple(logits_per_image.shape)}")  # fmt: skip
     labels = torch.arange(logits_per_image.shape[0], device=logits_per_image.device)
     return (F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_image.T, labels)) / 2
+
+
+# ---- captions for the digits: chapter 19's CLIP ---------------------------------------------------------------------
+
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+# Training phrasings. The last names no digit, only two properties ("an even digit above five" fits 6 and 8): a
+# caption can fit several images of a batch, as web captions do, and the loss still counts the others as wrong.
+CAPTION_TEMPLATES = (
+    "a handwritten {word}",
+    "the digit {digit}",
+    "a scan of the number {word}",
+    "{word}, written by hand",
+    "someone wrote {word}",
+    "a small, blurry {word} in ink",
+    "look: {word}",
+    "digit {digit}, {parity}",
+    "an {parity} digit: {digit}",
+    "an {parity} digit {side} five",
+)
+# Phrasings never seen in training, for zero-shot classification: each names its digit once, as a word or a numeral.
+HELD_OUT_TEMPLATES = ("a picture of a {word}", "this is {digit}", "the handwritten number {word}")
+_CAPTION_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789 ,:"
+
+
+def describe(digit: int, template: str) -> str:
+    """One caption of `digit` (0 to 9) in `template`'s words: {word} is its name, {digit} its numeral, {parity}
+    "even" or "odd", {side} "above", "below" or "equal to" (five)."""
+    if isinstance(digit, bool) or not isinstance(digit, int) or not 0 <= digit <= 9:
+        raise ValueError(f"digit must be an int from 0 to 9, got {digit!r}")
+    side = "above" if digit > 5 else "below" if digit < 5 else "equal to"
+    parity = "even" if digit % 2 == 0 else "odd"
+    return template.format(word=DIGIT_WORDS[digit], digit=digit, parity=parity, side=side)
+
+
+def digit_captions(
+    labels: torch.Tensor, generator: torch.Generator, templates: tuple[str, ...] = CAPTION_TEMPLATES
+) -> list[str]:
+    """One caption per label (B,), each in a template drawn at random from `templates` with `generator`."""
+    if labels.dim() != 1 or labels.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"labels must be integer digits (B,), got {labels.dtype} of shape {tuple(labels.shape)}")
+    if not templates:
+        raise ValueError("templates must name at least one phrasing")
+    picks = torch.randint(len(templates), (labels.shape[0],), generator=generator).tolist()  # (B,)
+    return [describe(int(label), templates[pick]) for label, pick in zip(labels.tolist(), picks)]
+
+
+def caption_tokenizer() -> CharTokenizer:
+    """A character tokenizer over the captions' alphabet: the four specials, a-z, 0-9, space, comma and colon."""
+    return CharTokenizer(_CAPTION_CHARACTERS)
+
+
+def encode_captions(tokenizer: CharTokenizer, texts: list[str], length: int | None = None) -> torch.Tensor:
+    """Captions -> ids (B, T): each text's characters and an end-of-text id (where the text tower reads), padded
+    on the right; T the longest (or `length`). A character outside the tokenizer's alphabet is an error."""
+    rows = []
+    for text in texts:
+        ids = tokenizer.encode(text, eos=True)
+        if tokenizer.unk_id in ids:
+            unknown = sorted({c for c in text if c not in tokenizer.stoi})
+            raise ValueError(f"the caption {text!r} holds characters the tokenizer does not know: {unknown}")
+        rows.append(ids)
+    return pad_sequences(rows, tokenizer.pad_id, length)  # (B, T)
+
+
+@torch.no_grad()
+def class_embeddings(
+    model: CLIPModel, tokenizer: CharTokenizer, templates: tuple[str, ...] = HELD_OUT_TEMPLATES
+) -> torch.Tensor:
+    """One unit vector per digit (10, projection_dim): the mean of the text tower's vectors for the digit in every
+    template, scaled to length 1 again (CLIP's prompt ensemble). The zero-shot classifier's weights."""
+    was_training = model.training
+    model.eval()
+    device = model.logit_scale.device
+    texts = [describe(digit, template) for digit in range(10) for template in templates]  # (10 x P,)
+    vectors = model.encode_text(encode_captions(tokenizer, texts).to(device))  # (10 x P, D)
+    model.train(was_training)
+    return F.normalize(vectors.view(10, len(templates), -1).mean(1), dim=-1)  # (10, P, D) -> (10, D)
+
+
+@torch.no_grad()
+def zero_shot_accuracy(model: CLIPModel, images: torch.Tensor, labels: torch.Tensor, classes: torch.Tensor) -> float:
+    """The share of images (B, C, H, W) whose nearest class embedding (`class_embeddings`, (10, D)) is their
+    label (B,): classification by text alone, with no classifier trained."""
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
+    was_training = model.training
+    model.eval()
+    guesses = (model.encode_image(images.to(classes.device)) @ classes.T).argmax(-1).cpu()  # (B, 10) -> (B,)
+    model.train(was_training)
+    return float((guesses == labels).float().mean())
+
+
+def retrieval_recall(
+    image_vectors: torch.Tensor,
+    text_vectors: torch.Tensor,
+    k: int = 1,
+    image_labels: torch.Tensor | None = None,
+    text_labels: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Recall at k both ways, vectors (N_i, D) and (N_t, D): the share of images with a matching text among the k
+    texts most similar to it, and the share of texts with a matching image among its k. Without labels, image i
+    matches text i only (N pairs); with labels, any image and text of one label match (when captions name only
+    the class, which image a caption came from cannot be told apart from the other images of its class)."""
+    if image_vectors.dim() != 2 or text_vectors.dim() != 2 or image_vectors.shape[1] != text_vectors.shape[1]:
+        raise ValueError(f"image and text vectors must be (N, D) each, D the same, got "
+                         f"{tuple(image_vectors.shape)} and {tuple(text_vectors.shape)}")  # fmt: skip
+    if (image_labels is None) != (text_labels is None):
+        raise ValueError("give labels for both the images and the texts, or for neither")
+    if image_labels is None:
+        if image_vectors.shape[0] != text_vectors.shape[0]:
+            raise ValueError(f"without labels, image i goes with text i: the same number of each, got "
+                             f"{image_vectors.shape[0]} and {text_vectors.shape[0]}")  # fmt: skip
+        image_labels = text_labels = torch.arange(image_vectors.shape[0])
+    if image_labels.shape != image_vectors.shape[:1] or text_labels.shape != text_vectors.shape[:1]:
+        raise ValueError("one label per image and one per text")
+    fewest = min(image_vectors.shape[0], text_vectors.shape[0])
+    if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= fewest):
+        raise ValueError(f"k must be an int from 1 to the number of images or texts ({fewest}), got {k!r}")
+    similarity = image_vectors @ text_vectors.T  # (N_i, N_t)
+    match = image_labels.to(similarity.device)[:, None] == text_labels.to(similarity.device)[None, :]  # (N_i, N_t)
+    # a row counts when fewer than k non-matching texts score strictly above its best match (ties in its favour)
+    best_text = similarity.masked_fill(~match, -math.inf).amax(1)  # (N_i,)
+    image_to_text = (((similarity > best_text[:, None]) & ~match).sum(1) < k).float().mean()
+    best_image = similarity.masked_fill(~match, -math.inf).amax(0)  # (N_t,)
+    text_to_image = (((similarity > best_image[None, :]) & ~match).sum(0) < k).float().mean()
+    return {"image to text": float(image_to_text), "text to image": float(text_to_image)}
+
+
+@torch.no_grad()
+def image_features(model: CLIPModel, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """The image tower's vector for each image (B, C, H, W) -> (B, d_model), before the projection: what a linear
+    probe reads (as the CLIP paper's probes read the tower's output)."""
+    was_training = model.training
+    model.eval()
+    device = model.logit_scale.device
+    out = torch.cat(
+        [model.image(images[i : i + batch_size].to(device)).cpu() for i in range(0, len(images), batch_size)]
+    )
+    model.train(was_training)
+    return out

@@ -41,6 +41,8 @@ __all__ = [
     "CodecEncoder",
     "CodecDecoder",
     "Codec",
+    "spectral_loss",
+    "codec_loss",
 ]
 
 
@@ -333,6 +335,19 @@ class Codec(nn.Module):
         self.decoder = CodecDecoder(channels, strides, dim)
         self.hop = self.encoder.hop
 
+    def checkpoint_init(self) -> dict:
+        """The constructor's arguments, as `save_checkpoint`'s `init` stores them (a codec has no TransformerConfig);
+        the codebooks are buffers, saved with the weights."""
+        quantizer = self.quantizer
+        return {
+            "channels": self.encoder.stem.out_channels,
+            "strides": list(self.encoder.strides),
+            "dim": quantizer.dim,
+            "num_quantizers": quantizer.num_quantizers,
+            "size": quantizer.size,
+            "dropout": quantizer.dropout,
+        }
+
     def encode(self, samples: torch.Tensor, n: int | None = None) -> torch.Tensor:
         """samples (B, T) -> codes (B, T / hop, n)."""
         return self.quantizer.encode(self.encoder(samples), n)
@@ -347,3 +362,38 @@ class Codec(nn.Module):
         """samples (B, T) -> (reconstruction (B, T), codes (B, T / hop, n), commitment loss)."""
         quantized, codes, commitment = self.quantizer(self.encoder(samples), n, generator)
         return self.decoder(quantized), codes, commitment
+
+
+# ---- what a codec learns from ----------------------------------------------------------------------------------
+
+
+def spectral_loss(
+    reconstruction: torch.Tensor, target: torch.Tensor, windows: tuple[int, ...] = (64, 256), floor: float = 0.1
+) -> torch.Tensor:
+    """How far two batches of waveforms (B, T) are apart as spectrograms, at several window lengths.
+
+    For each window n, a Hann-windowed STFT hopping n / 4 samples; the magnitudes' log distance, mean
+    |log(|X| + floor) - log(|Y| + floor)| (quiet parts count: the log makes a missing tone as costly as a loud
+    one), plus a tenth of their plain distance, mean ||X| - |Y||. Magnitudes only: a tone at another phase
+    costs little (what leaks past the window's edges moves with the phase; for a tone of 941 Hz, a twelfth of
+    what a tone of another key costs), where a waveform distance punishes the phase about as much as the wrong
+    tone. EnCodec and SoundStream train with losses of this kind over several scales (theirs on mel bands, with
+    adversarial losses beside them; Défossez et al., 2022)."""
+    if reconstruction.shape != target.shape or target.dim() != 2:
+        raise ValueError(f"reconstruction and target must be waveforms (B, T) of one shape, got "
+                         f"{tuple(reconstruction.shape)} and {tuple(target.shape)}")  # fmt: skip
+    total = reconstruction.new_zeros(())
+    for n in windows:
+        if not 4 <= n <= target.shape[-1]:
+            raise ValueError(f"each window must be from 4 samples to the clip's {target.shape[-1]}, got {n}")
+        window = torch.hann_window(n, device=target.device, dtype=target.dtype)
+        a, b = (torch.stft(w, n, n // 4, window=window, return_complex=True).abs() for w in (reconstruction, target))
+        total = total + (torch.log(a + floor) - torch.log(b + floor)).abs().mean() + (a - b).abs().mean() / 10
+    return total
+
+
+def codec_loss(model: Codec, samples: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """What `Codec` trains on for a batch of waveforms (B, T): the waveform's mean absolute error, the spectral
+    loss, and the quantizer's commitment loss (weight 1, EnCodec's)."""
+    reconstruction, _, commitment = model(samples, generator=generator)
+    return F.l1_loss(reconstruction, samples) + spectral_loss(reconstruction, samples) + commitment

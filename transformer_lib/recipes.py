@@ -10,6 +10,8 @@ compares their losses with the ones the checkpoint recorded.
 from __future__ import annotations
 
 import copy
+import math
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -54,6 +56,19 @@ from .chat import (
     sft_loss,
     task_words,
 )
+from .clip import (
+    CAPTION_TEMPLATES,
+    HELD_OUT_TEMPLATES,
+    CLIPModel,
+    caption_tokenizer,
+    class_embeddings,
+    clip_config,
+    clip_loss,
+    digit_captions,
+    encode_captions,
+    zero_shot_accuracy,
+)
+from .codec import Codec, codec_loss
 from .config import TransformerConfig
 from .ctc import greedy_ctc_decode
 from .lora import add_lora, merge_lora, trainable_parameters
@@ -68,6 +83,7 @@ from .speech import (
     SpeechTranscriber,
     character_error_rate,
     dft_power,
+    dtmf_decode,
     edit_distance,
     speech_config,
     touch_tone_clips,
@@ -140,6 +156,17 @@ __all__ = [
     "finetune_runs_path",
     "load_finetune_runs",
     "digits_vit",
+    "digits_clip",
+    "train_digits_clip",
+    "CLIP_STEPS",
+    "clip_runs_path",
+    "CODEC_RATE",
+    "CODEC_STEPS",
+    "touch_tone_codec",
+    "codec_clips",
+    "codec_scores",
+    "train_touch_tone_codec",
+    "load_clip_runs",
     "digits_variant",
     "train_digits_vit",
     "VIT_STEPS",
@@ -816,6 +843,198 @@ def _digits_vit(steps: int | None = None, progress: bool = False) -> tuple[nn.Mo
     model = digits_vit()
     history = train_digits_vit(model, steps or VIT_STEPS, progress=progress)
     return model, history, {"image_size": 8, "patch_size": 2, "num_classes": 10, "pool": "cls"}
+
+
+CLIP_STEPS = 1500  # the digits CLIP: 1,500 AdamW steps of 64 image-caption pairs (80 passes over the 1,200)
+
+
+def digits_clip(seed: int = 0) -> CLIPModel:
+    """Chapter 19's CLIP for the digits: chapter 16's ViT shape on the image side (8 x 8 images in 2 x 2 patches, 2
+    pre-LN layers of width 64, 4 heads) and a causal text tower of the same size over `caption_tokenizer`'s
+    characters, both projected to 64 numbers; CLIP's starting temperature, 0.07."""
+    tokenizer = caption_tokenizer()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        sizes = dict(d_model=64, num_heads=4, num_layers=2, d_ff=128)
+        return CLIPModel(
+            clip_config(vocab_size=tokenizer.vocab_size, max_len=48, **sizes),
+            clip_config(max_len=17, **sizes),
+            image_size=8,
+            patch_size=2,
+            channels=1,
+            projection_dim=64,
+            eos_id=tokenizer.eos_id,
+        )
+
+
+def train_digits_clip(
+    model: CLIPModel,
+    steps: int = CLIP_STEPS,
+    seed: int = 0,
+    *,
+    progress: bool = False,
+    device: torch.device | str | None = None,
+) -> History:
+    """Train a digits CLIP on the 1,200 training images, each batch 64 images drawn at random (seeded) with one
+    caption each in a training phrasing (`CAPTION_TEMPLATES`), by the symmetric contrastive loss.
+
+    Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05 (the ViT's recipe); the learned
+    temperature is clamped, as CLIP's is, so that exp(logit_scale) stays at most 100. At the end History.evals[-1]
+    holds the zero-shot accuracy on the 597 test images with the held-out phrasings ("zero-shot, held-out phrasings")
+    and with the training ones ("zero-shot, training phrasings")."""
+    train_x, train_y, test_x, test_y = digits_data()
+    tokenizer = caption_tokenizer()
+    rng = torch.Generator().manual_seed(seed)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            rows = torch.randint(len(train_y), (64,), generator=rng)  # (64,)
+            yield (
+                train_x[rows],
+                encode_captions(tokenizer, digit_captions(train_y[rows], rng)),
+            )  # (64, 1, 8, 8), (64, T)
+
+    def loss_fn(m: CLIPModel, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            m.logit_scale.clamp_(max=math.log(100))  # CLIP's clamp: a temperature of at least 0.01
+        return clip_loss(m(*batch))
+
+    def evaluate(m: CLIPModel) -> dict[str, float]:
+        return {
+            f"zero-shot, {name} phrasings": zero_shot_accuracy(m, test_x, test_y, class_embeddings(m, tokenizer, t))
+            for name, t in (("held-out", HELD_OUT_TEMPLATES), ("training", CAPTION_TEMPLATES[:-1]))
+        }
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return fit(
+            model,
+            loss_fn,
+            batches(),
+            steps=steps,
+            lr=1e-3,
+            warmup=100,
+            weight_decay=0.05,
+            eval_fn=evaluate,
+            eval_every=steps,
+            device=device,
+            progress=progress,
+            desc="CLIP on the digits",
+        )
+
+
+def _digits_clip(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The shipped digits CLIP (seed 0): CLIP_STEPS steps, about 40 s on one laptop core."""
+    model = digits_clip()
+    history = train_digits_clip(model, steps or CLIP_STEPS, progress=progress)
+    init = model.checkpoint_init()
+    return model, history, init
+
+
+CODEC_RATE = 4000  # the codec's clips: 4 kHz holds the highest keypad tone (1,633 Hz) and costs a quarter of 16 kHz
+CODEC_STEPS = 6000  # the touch-tone codec: 6,000 AdamW steps of 8 clips of 0.48 s
+
+
+def touch_tone_codec(seed: int = 0, dropout: bool = False) -> Codec:
+    """Chapter 19's codec for touch tones at CODEC_RATE: strides 2, 4 and 5 (one frame per 40 samples, 100 frames a
+    second), 16 to 128 channels, frames of 16 numbers coded by 4 codebooks of 64 entries (6 bits each: 600 bits a
+    second per codebook)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return Codec(channels=16, strides=(2, 4, 5), dim=16, num_quantizers=4, size=64, dropout=dropout)
+
+
+def codec_clips(n: int, seed: int | torch.Generator, **clips) -> tuple[torch.Tensor, list[str]]:
+    """Touch-tone clips as the codec hears them: at CODEC_RATE, with white noise 30 to 40 dB below the tones (a
+    quiet line: the codec codes the tones, not the noise), 1 s long with 3 to 6 keys unless `clips` says otherwise."""
+    return touch_tone_clips(n, seed=seed, sampling_rate=CODEC_RATE, snr_db=(30.0, 40.0), **clips)
+
+
+@torch.no_grad()
+def codec_scores(model: Codec, n: int = 64, seed: int = 123) -> dict[str, float]:
+    """For 1 to all of the codec's codebooks, on n held-out clips: the share read back right, key for key, by the
+    Goertzel decoder (which learned nothing, so it judges the sound, not the codec), and the signal-to-noise ratio of
+    the reconstruction in dB, 10 log10(mean x^2 / mean (x - y)^2)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    samples, texts = codec_clips(n, seed)
+    scores = {}
+    for k in range(1, model.quantizer.num_quantizers + 1):
+        rebuilt = model.decode(model.encode(samples.to(device), k)).cpu()  # (n, T)
+        read = dtmf_decode(rebuilt, sampling_rate=CODEC_RATE, frame=100, hop=40)  # 25 ms frames, 10 ms apart
+        scores[f"read back, {k} codebooks"] = sum(r == t for r, t in zip(read, texts)) / n
+        error = (samples - rebuilt).pow(2).mean()
+        scores[f"snr dB, {k} codebooks"] = float(10 * torch.log10(samples.pow(2).mean() / error))
+    model.train(was_training)
+    return scores
+
+
+def train_touch_tone_codec(
+    model: Codec,
+    steps: int = CODEC_STEPS,
+    seed: int = 0,
+    *,
+    progress: bool = False,
+    device: torch.device | str | None = None,
+) -> History:
+    """Train a codec to rebuild touch-tone clips (`codec_clips`: 8 a batch, 0.48 s with 1 to 3 keys, drawn from a
+    seeded stream) by `codec_loss`, with torch's AdamW at a constant learning rate of 1e-3 and no clipping.
+
+    Not `fit`: the codec learns slowly at first and then fast (in the shipped run, the clips read back right through
+    all four codebooks went from 6% at 3,000 steps to 100% at 6,000), and with fit's cosine decay and clipped
+    gradients the same codec was still at 9% after 6,000 steps. History.evals holds `codec_scores` at the middle
+    and the end."""
+    from tqdm.auto import tqdm
+
+    rng = torch.Generator().manual_seed(seed)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    history, start = History(), time.perf_counter()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for step in tqdm(range(steps), desc="codec on touch tones", disable=not progress, mininterval=0.5):
+            samples = codec_clips(8, rng, duration=0.48, keys=(1, 3))[0].to(device)  # (8, 1920)
+            loss = codec_loss(model, samples, rng)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            history.steps.append(step)
+            history.losses.append(loss.item())
+            if step + 1 in (steps // 2, steps):
+                history.eval_steps.append(step + 1)
+                history.evals.append(codec_scores(model))
+    model.eval()
+    history.seconds = time.perf_counter() - start
+    return history
+
+
+def _touch_tone_codec(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
+    """The shipped touch-tone codec (seed 0): CODEC_STEPS steps, about 5 minutes on one laptop core."""
+    model = touch_tone_codec()
+    history = train_touch_tone_codec(model, steps or CODEC_STEPS, progress=progress)
+    return model, history, model.checkpoint_init()
+
+
+def clip_runs_path() -> Path:
+    """Where chapter 19's CLIP runs ship: transformer_lib/checkpoints/clip_runs.json (tools/clip_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "clip_runs.json"
+
+
+def load_clip_runs(path: Path | None = None) -> dict:
+    """Chapter 19's CLIP runs: {"runs": [one record per seed], "steps", ...}; each record holds "zero_shot" (the
+    held-out phrasings together), "zero_shot_by_phrasing", "zero_shot_right" and "probe_right" (one "0" or "1" per
+    held-out image), "probe_accuracy", "recall_at_1" and "recall_at_5" (both ways), "temperature" and the wall
+    time. See tools/clip_runs.py."""
+    import json
+
+    path = path or clip_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no CLIP runs at {path}; run `python tools/clip_runs.py`")
+    return json.loads(path.read_text())
 
 
 def vit_runs_path() -> Path:
@@ -1820,6 +2039,8 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "plays_bert": _plays_bert,
     "plays_bert_order": _plays_bert_order,
     "digits_vit": _digits_vit,
+    "digits_clip": _digits_clip,
+    "touch_tone_codec": _touch_tone_codec,
     "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),

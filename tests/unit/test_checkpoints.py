@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib import checkpoints, recipes
+from transformer_lib import checkpoints, codec, recipes
 
 
 def test_every_recipe_has_a_shipped_checkpoint_and_back():
@@ -32,12 +32,14 @@ def test_checkpoint_losses_are_reproduced_by_its_recipe(name):
     a different recipe (data, seed, model or learning rate) moves them by far more. A mixture of
     experts routes discretely: a rounding difference can send a token whose two best experts nearly
     tie to the other one, and with two threads instead of one, step 18 moved by 3e-3. Its losses are
-    compared to 1e-2, still half of what the balancing loss alone adds at the first step (0.02).
+    compared to 1e-2, still half of what the balancing loss alone adds at the first step (0.02). A codec's
+    quantizer picks the nearest codebook entry, discrete too: 1e-2 (its first losses are about 1.5).
     """
     shipped, meta = tl.load_checkpoint(name)
     first = meta["first_losses"]
     model, history, _ = recipes.RECIPES[name](steps=len(first))
-    tolerance = 1e-2 if shipped.config.num_experts else 1e-3
+    discrete = isinstance(shipped, codec.Codec) or shipped.config.num_experts  # a codec has no TransformerConfig
+    tolerance = 1e-2 if discrete else 1e-3
     assert len(first) >= 10 and history.losses == pytest.approx(first, abs=tolerance)
     _, longer = tl.load_checkpoint(name)
     assert longer["steps"] > len(first)

@@ -225,3 +225,69 @@ def test_the_reconstruction_reaches_the_encoder_straight_through_the_codes():
     rebuilt, _, _ = model(torch.randn(1, 100))
     F.mse_loss(rebuilt, torch.zeros(1, 100)).backward()  # the reconstruction alone, no commitment loss
     assert model.encoder.stem.weight.grad.abs().sum() > 0
+
+
+def _tone(freq, phase, rate=4000, n=1920):
+    t = torch.arange(n, dtype=torch.float64) / rate
+    return 0.3 * torch.sin(2 * math.pi * freq * t + phase)
+
+
+def test_the_spectral_loss_is_zero_for_the_same_sound_and_blind_to_phase_but_not_to_pitch():
+    tone = _tone(941.0, 0.0)[None]  # (1, 1920)
+    shifted = _tone(941.0, 1.3)[None]  # the same tone, another phase
+    other = _tone(1209.0, 0.0)[None]  # another key's tone
+    assert codec.spectral_loss(tone, tone) == 0
+    assert codec.spectral_loss(shifted, tone) < 0.1 * codec.spectral_loss(other, tone)  # 0.08: the leakage moves
+    assert F.l1_loss(shifted, tone) > 0.5 * F.l1_loss(other, tone)  # the waveform distance punishes the phase
+    # each window's term by hand: log distance plus a tenth of the plain distance, Hann window, hop n / 4
+    a, b = tone.float(), (0.5 * other).float()
+    by_hand = 0
+    for n in (64, 256):
+        w = torch.hann_window(n)
+        x, y = (torch.stft(v, n, n // 4, window=w, return_complex=True).abs() for v in (a, b))
+        by_hand += (torch.log(x + 0.1) - torch.log(y + 0.1)).abs().mean() + (x - y).abs().mean() / 10
+    assert codec.spectral_loss(a, b) == pytest.approx(float(by_hand), rel=1e-6)
+    with pytest.raises(ValueError, match="one shape"):
+        codec.spectral_loss(a, b[:, :100])
+    with pytest.raises(ValueError, match="each window must be from 4 samples"):
+        codec.spectral_loss(a, b, windows=(4096,))
+
+
+def test_the_codec_loss_adds_the_waveform_the_spectrum_and_the_commitment():
+    torch.manual_seed(0)
+    model = codec.Codec(4, (2, 4), 8, 2, 8, dropout=False).eval()
+    samples = torch.randn(2, 256)
+    rebuilt, _, commitment = model(samples)
+    expected = F.l1_loss(rebuilt, samples) + codec.spectral_loss(rebuilt, samples) + commitment
+    assert torch.allclose(codec.codec_loss(model, samples), expected)
+
+
+def test_a_codec_checkpoint_has_no_config_and_loads_the_same_codes(tmp_path):
+    import transformer_lib as tl
+
+    torch.manual_seed(1)
+    model = codec.Codec(4, (2, 5), 8, 3, 16, dropout=True).eval()
+    path = tl.save_checkpoint(model, tmp_path / "codec.pt", init=model.checkpoint_init())
+    loaded, _ = tl.load_checkpoint(path)
+    samples = torch.randn(2, 40)
+    assert loaded.quantizer.dropout and loaded.encoder.strides == (2, 5)
+    assert torch.equal(loaded.encode(samples), model.encode(samples))
+    assert torch.equal(loaded.decode(model.encode(samples)), model.decode(model.encode(samples)))
+
+
+@pytest.mark.slow  # over a second: make test runs it, make check does not
+def test_the_shipped_touch_tone_codec_is_read_back_by_a_decoder_that_learned_nothing():
+    """Through all four codebooks the Goertzel decoder reads the keys of nearly every held-out clip; through the
+    first alone, far fewer: what the other codebooks add. The scores are what the file records (a clip or two
+    may flip on another CPU)."""
+    import transformer_lib as tl
+    from transformer_lib import recipes
+
+    model, meta = tl.load_checkpoint("touch_tone_codec")
+    assert isinstance(model, codec.Codec) and not model.training
+    scores, recorded = recipes.codec_scores(model), meta["evals"][-1]
+    for key, value in scores.items():
+        assert value == pytest.approx(recorded[key], abs=2 / 64 if key.startswith("read") else 0.1), key
+    assert scores["read back, 4 codebooks"] >= 0.95 and scores["read back, 2 codebooks"] >= 0.9
+    assert scores["read back, 1 codebooks"] < scores["read back, 2 codebooks"] - 0.3
+    assert scores["snr dB, 1 codebooks"] < scores["snr dB, 2 codebooks"] < scores["snr dB, 4 codebooks"]

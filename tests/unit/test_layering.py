@@ -46,6 +46,7 @@ LATER = [
     "bart",
     "wav2vec2",
     "codec",
+    "viola",
     "flash",
     "clip",
     "speculative",

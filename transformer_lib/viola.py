@@ -1,0 +1,210 @@
+"""VioLA's idea at laptop scale: one decoder-only Transformer that reads and writes both keys and codec tokens.
+
+VioLA (Wang et al., 2023) turns speech into the discrete codes of a neural codec (EnCodec) and trains one
+decoder-only Transformer on sequences that mix text tokens, codec tokens and a token naming the task, so that
+recognition (speech to text), synthesis (text to speech) and translation are all next-token prediction in one
+network. VALL-E (Wang et al., 2023), on which it builds, writes the first codebook's codes autoregressively, frame
+by frame, and the other codebooks with a second, non-autoregressive model that sees the first; VioLA does the same.
+
+Here the "text" is the keys of a touch-tone clip and the codec is chapter 19's (`tl.codec`, 100 frames a second).
+A `SoundVocabulary` lays out one id space: the specials, two task tokens, the twelve keys and the first codebook's
+codes. A recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>; a
+synthesis sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same
+number of frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise`
+reads keys back greedily, and `synthesise` samples codes with every other id masked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .tasks import pad_sequences
+
+__all__ = ["IGNORE", "TASKS", "SoundVocabulary", "task_sequence", "task_batch", "task_loss", "recognise", "synthesise"]
+
+IGNORE = -100  # a target the loss skips (F.cross_entropy's ignore_index)
+TASKS = ("recognise", "synthesise")
+
+
+@dataclass(frozen=True)
+class SoundVocabulary:
+    """One id space for keys and codec codes: <pad> 0, <bos> 1, <eos> 2, <sep> 3, the task tokens (4 recognise,
+    5 synthesise), then one id per key in `keys`' order, then one id per code of a codebook of `codes` entries."""
+
+    keys: str
+    codes: int
+
+    def __post_init__(self):
+        if not self.keys or len(set(self.keys)) != len(self.keys):
+            raise ValueError(f"keys must be distinct characters, at least one, got {self.keys!r}")
+        if isinstance(self.codes, bool) or not isinstance(self.codes, int) or self.codes < 2:
+            raise ValueError(f"codes must be a codebook's size, an int of at least 2, got {self.codes!r}")
+
+    pad_id, bos_id, eos_id, sep_id = 0, 1, 2, 3
+
+    def task_id(self, task: str) -> int:
+        """The id of a task's token: 4 for "recognise", 5 for "synthesise"."""
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        return 4 + TASKS.index(task)
+
+    @property
+    def first_key(self) -> int:
+        return 4 + len(TASKS)
+
+    @property
+    def first_code(self) -> int:
+        return self.first_key + len(self.keys)
+
+    @property
+    def size(self) -> int:
+        """How many ids: the vocabulary size a model over it needs."""
+        return self.first_code + self.codes
+
+    def key_ids(self, text: str) -> list[int]:
+        """'4#1' -> the keys' ids; a character that is not a key is an error."""
+        unknown = sorted(set(text) - set(self.keys))
+        if unknown:
+            raise ValueError(f"{text!r} holds characters that are not keys: {unknown}; the keys are {self.keys!r}")
+        return [self.first_key + self.keys.index(c) for c in text]
+
+    def code_ids(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes (..., F) in [0, codes) -> their ids."""
+        if codes.dtype not in (torch.int32, torch.int64) or codes.numel() and not 0 <= int(codes.min()):
+            raise ValueError(f"codes must be integer codes from 0, got {codes.dtype}")
+        if codes.numel() and int(codes.max()) >= self.codes:
+            raise ValueError(f"codes must be below the codebook's size {self.codes}, got {int(codes.max())}")
+        return codes.long() + self.first_code
+
+    def keys_of(self, ids: Sequence[int]) -> str:
+        """Ids -> the keys among them, in order, up to the first <eos>; any other id is skipped."""
+        out = []
+        for i in ids:
+            if i == self.eos_id:
+                break
+            if self.first_key <= i < self.first_code:
+                out.append(self.keys[i - self.first_key])
+        return "".join(out)
+
+
+def task_sequence(vocab: SoundVocabulary, task: str, codes: torch.Tensor, keys: str) -> tuple[list[int], list[int]]:
+    """One training sequence and its targets (next-token ids, IGNORE where the model is not trained), both of
+    length L: recognise: <bos> <recognise> codes <sep> keys <eos>; synthesise: <bos> <synthesise> keys <sep> codes.
+    codes: (F,) the first codebook's codes of one clip; keys: what was dialled."""
+    if codes.dim() != 1:
+        raise ValueError(f"codes must be one clip's first-codebook codes (F,), got shape {tuple(codes.shape)}")
+    audio, text = vocab.code_ids(codes).tolist(), vocab.key_ids(keys)
+    head = [vocab.bos_id, vocab.task_id(task)]
+    if task == "recognise":
+        ids = head + audio + [vocab.sep_id] + text + [vocab.eos_id]
+        answer = len(head) + len(audio) + 1  # where the keys start
+    else:
+        ids = head + text + [vocab.sep_id] + audio
+        answer = len(head) + len(text) + 1  # where the codes start
+    # the target at position t is the id at t + 1, kept only where that id is part of the answer
+    targets = [ids[t + 1] if t + 1 >= answer else IGNORE for t in range(len(ids) - 1)] + [IGNORE]
+    return ids, targets
+
+
+def task_batch(
+    vocab: SoundVocabulary, tasks: Sequence[str], codes: torch.Tensor, texts: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of mixed tasks: codes (B, F), one task and one text per clip -> (inputs (B, L), targets (B, L)),
+    padded on the right (<pad> in the inputs, IGNORE in the targets)."""
+    if not (len(tasks) == len(texts) == codes.shape[0]):
+        raise ValueError(
+            f"one task and one text per clip: {len(tasks)} tasks, {len(texts)} texts, {codes.shape[0]} clips"
+        )
+    rows = [task_sequence(vocab, task, c, text) for task, c, text in zip(tasks, codes, texts)]
+    inputs = pad_sequences([r[0] for r in rows], vocab.pad_id)  # (B, L)
+    targets = pad_sequences([r[1] for r in rows], IGNORE, inputs.shape[1])  # (B, L)
+    return inputs, targets
+
+
+def task_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The mean next-token cross-entropy over the answer positions of a `task_batch`."""
+    inputs, targets = batch
+    logits = model(inputs)  # (B, L, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def _step(model: nn.Module, ids: torch.Tensor, caches: list) -> torch.Tensor:
+    """Feed ids (B, t) into the caches; the logits at the last position (B, V)."""
+    return model(ids, caches)[:, -1]
+
+
+@torch.no_grad()
+def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max_keys: int = 8) -> list[str]:
+    """Read the keys of clips from their first-codebook codes (B, F), greedily, up to <eos> or max_keys."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    B = codes.shape[0]
+    prompt = torch.cat(
+        [
+            torch.tensor([vocab.bos_id, vocab.task_id("recognise")]).expand(B, 2),
+            vocab.code_ids(codes),
+            torch.full((B, 1), vocab.sep_id),
+        ],
+        dim=1,
+    ).to(device)  # (B, 2 + F + 1)
+    caches = model.new_cache(capacity=prompt.shape[1] + max_keys + 1)
+    logits, written = _step(model, prompt, caches), []
+    allowed = torch.full((vocab.size,), float("-inf"), device=device)
+    allowed[vocab.first_key : vocab.first_code] = 0  # a key
+    allowed[vocab.eos_id] = 0  # or the end
+    for _ in range(max_keys + 1):
+        next_id = (logits + allowed).argmax(-1, keepdim=True)  # (B, 1)
+        written.append(next_id)
+        logits = _step(model, next_id, caches)
+    model.train(was_training)
+    return [vocab.keys_of(row) for row in torch.cat(written, dim=1).tolist()]
+
+
+@torch.no_grad()
+def synthesise(
+    model: nn.Module,
+    vocab: SoundVocabulary,
+    texts: Sequence[str],
+    frames: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Write `frames` first-codebook codes for each text: (B, frames) codes in [0, vocab.codes). Each step samples
+    from the model's distribution over the codes alone (every other id masked out), at `temperature` (0: greedy),
+    from the top_k likeliest when given. Texts of different lengths are run one length at a time."""
+    if not (isinstance(temperature, (int, float)) and temperature >= 0):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out = torch.empty(len(texts), frames, dtype=torch.long)
+    for length in sorted({len(t) for t in texts}):
+        rows = [i for i, t in enumerate(texts) if len(t) == length]
+        prompt = torch.tensor(
+            [[vocab.bos_id, vocab.task_id("synthesise"), *vocab.key_ids(texts[i]), vocab.sep_id] for i in rows],
+            device=device,
+        )  # (b, 2 + length + 1)
+        caches = model.new_cache(capacity=prompt.shape[1] + frames)
+        logits, written = _step(model, prompt, caches), []
+        for _ in range(frames):
+            scores = logits[:, vocab.first_code :]  # (b, codes): the codes alone
+            if temperature == 0:
+                code = scores.argmax(-1, keepdim=True)  # (b, 1)
+            else:
+                scores = scores / temperature
+                if top_k is not None:
+                    kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (b, 1)
+                    scores = scores.masked_fill(scores < kth, float("-inf"))
+                code = torch.multinomial(scores.softmax(-1), 1, generator=generator)  # (b, 1)
+            written.append(code)
+            logits = _step(model, code + vocab.first_code, caches)
+        out[rows] = torch.cat(written, dim=1).cpu()
+    model.train(was_training)
+    return out
