@@ -194,8 +194,9 @@ def clip_loss(logits_per_image: torch.Tensor) -> torch.Tensor:
 # ---- captions for the digits: chapter 19's CLIP ---------------------------------------------------------------------
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-# Training phrasings. The last names no digit, only two properties ("an even digit above five" fits 6 and 8): a
-# caption can fit several images of a batch, as web captions do, and the loss still counts the others as wrong.
+# Training phrasings. The last names two properties, not the digit ("an even digit above five" fits 6 and 8; only
+# "an odd digit equal to five" is one digit's): a caption can fit several images of a batch, as web captions do, and
+# the loss still counts the others as wrong.
 CAPTION_TEMPLATES = (
     "a handwritten {word}",
     "the digit {digit}",
@@ -209,7 +210,7 @@ CAPTION_TEMPLATES = (
     "an {parity} digit {side} five",
 )
 # Phrasings never seen in training, for zero-shot classification: each names its digit once, as a word or a numeral.
-HELD_OUT_TEMPLATES = ("a picture of a {word}", "this is {digit}", "the handwritten number {word}")
+HELD_OUT_TEMPLATES = ("this picture shows {word}", "this is {digit}", "the handwritten number {word}")
 _CAPTION_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789 ,:"
 
 

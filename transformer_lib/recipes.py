@@ -878,10 +878,11 @@ def train_digits_clip(
     """Train a digits CLIP on the 1,200 training images, each batch 64 images drawn at random (seeded) with one
     caption each in a training phrasing (`CAPTION_TEMPLATES`), by the symmetric contrastive loss.
 
-    Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05 (the ViT's recipe); the learned
-    temperature is clamped, as CLIP's is, so that exp(logit_scale) stays at most 100. At the end History.evals[-1]
-    holds the zero-shot accuracy on the 597 test images with the held-out phrasings ("zero-shot, held-out phrasings")
-    and with the training ones ("zero-shot, training phrasings")."""
+    Learning rate 1e-3 with 100 warm-up steps and a cosine decay, weight decay 0.05 on every weight (the ViT's recipe;
+    CLIP exempts gains, biases and the temperature); the learned temperature is clamped before each step, as CLIP's
+    is, so that exp(logit_scale) stays at most 100. At the end History.evals[-1] holds the zero-shot accuracy on the
+    597 test images with the held-out phrasings ("zero-shot, held-out phrasings") and with the training phrasings that
+    name the digit, all but the last ("zero-shot, training phrasings")."""
     train_x, train_y, test_x, test_y = digits_data()
     tokenizer = caption_tokenizer()
     rng = torch.Generator().manual_seed(seed)
@@ -924,7 +925,7 @@ def train_digits_clip(
 
 
 def _digits_clip(steps: int | None = None, progress: bool = False) -> tuple[nn.Module, History, dict]:
-    """The shipped digits CLIP (seed 0): CLIP_STEPS steps, about 40 s on one laptop core."""
+    """The shipped digits CLIP (seed 0): CLIP_STEPS steps, about a minute on one laptop core."""
     model = digits_clip()
     history = train_digits_clip(model, steps or CLIP_STEPS, progress=progress)
     init = model.checkpoint_init()
@@ -938,7 +939,8 @@ CODEC_STEPS = 6000  # the touch-tone codec: 6,000 AdamW steps of 8 clips of 0.48
 def touch_tone_codec(seed: int = 0, dropout: bool = False) -> Codec:
     """Chapter 19's codec for touch tones at CODEC_RATE: strides 2, 4 and 5 (one frame per 40 samples, 100 frames a
     second), 16 to 128 channels, frames of 16 numbers coded by 4 codebooks of 64 entries (6 bits each: 600 bits a
-    second per codebook)."""
+    second per codebook). Without quantizer dropout by default (the shipped codec was trained without it), so the
+    first codebook alone was never trained to stand on its own, as SoundStream's dropout would make it."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return Codec(channels=16, strides=(2, 4, 5), dim=16, num_quantizers=4, size=64, dropout=dropout)
@@ -1003,7 +1005,7 @@ def train_touch_tone_codec(
             history.steps.append(step)
             history.losses.append(loss.item())
             if step + 1 in (steps // 2, steps):
-                history.eval_steps.append(step + 1)
+                history.eval_steps.append(step)  # as fit records them: the index of the step just taken
                 history.evals.append(codec_scores(model))
     model.eval()
     history.seconds = time.perf_counter() - start
@@ -1026,9 +1028,9 @@ def clip_runs_path() -> Path:
 
 def load_clip_runs(path: Path | None = None) -> dict:
     """Chapter 19's CLIP runs: {"runs": [one record per seed], "steps", ...}; each record holds "zero_shot" (the
-    held-out phrasings together), "zero_shot_by_phrasing", "zero_shot_right" and "probe_right" (one "0" or "1" per
-    held-out image), "probe_accuracy", "recall_at_1" and "recall_at_5" (both ways), "temperature" and the wall
-    time. See tools/clip_runs.py."""
+    held-out phrasings together), "zero_shot_training_phrasings", "zero_shot_by_phrasing", "zero_shot_right" and
+    "probe_right" (one "0" or "1" per held-out image), "probe_accuracy", "recall_at_1" and "recall_at_5" (both ways),
+    "temperature", "final_loss" (the mean of the last 50 steps) and the wall time. See tools/clip_runs.py."""
     import json
 
     path = path or clip_runs_path()

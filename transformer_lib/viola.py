@@ -3,15 +3,22 @@
 VioLA (Wang et al., 2023) turns speech into the discrete codes of a neural codec (EnCodec) and trains one
 decoder-only Transformer on sequences that mix text tokens, codec tokens and a token naming the task, so that
 recognition (speech to text), synthesis (text to speech) and translation are all next-token prediction in one
-network. VALL-E (Wang et al., 2023), on which it builds, writes the first codebook's codes autoregressively, frame
-by frame, and the other codebooks with a second, non-autoregressive model that sees the first; VioLA does the same.
+network. VALL-E (Wang et al., 2023), on which it builds (through VALL-E X), writes the first codebook's codes
+autoregressively, frame by frame, and each other codebook j with a second, non-autoregressive model that sees the
+phonemes, an acoustic prompt and codebooks 1 to j - 1 of every frame at once.
 
 Here the "text" is the keys of a touch-tone clip and the codec is chapter 19's (`tl.codec`, 100 frames a second).
 A `SoundVocabulary` lays out one id space: the specials, two task tokens, the twelve keys and the first codebook's
 codes. A recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>; a
 synthesis sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same
 number of frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise`
-reads keys back greedily, and `synthesise` samples codes with every other id masked out.
+reads keys back greedily, and `synthesise` samples codes with every other id masked out. Both tasks here read or
+write the first codebook alone.
+
+`CodebookFiller` is VALL-E's second stage at this size: a bidirectional encoder that reads the keys and, for every
+frame at once, the sum of the embeddings of codebooks 1 to j - 1, told which j it is writing, and predicts
+codebook j of every frame (`filler_loss` draws j at random per batch, as VALL-E does; `fill_codebooks` writes
+codebooks 2 to Q in turn, greedily). With it, what `synthesise` writes decodes through all of the codec's codebooks.
 """
 
 from __future__ import annotations
@@ -23,9 +30,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import TransformerConfig
+from .encoder import Encoder
+from .masks import padding_mask
 from .tasks import pad_sequences
 
-__all__ = ["IGNORE", "TASKS", "SoundVocabulary", "task_sequence", "task_batch", "task_loss", "recognise", "synthesise"]
+__all__ = [
+    "IGNORE",
+    "TASKS",
+    "SoundVocabulary",
+    "task_sequence",
+    "task_batch",
+    "task_loss",
+    "recognise",
+    "synthesise",
+    "CodebookFiller",
+    "filler_loss",
+    "fill_codebooks",
+]
 
 IGNORE = -100  # a target the loss skips (F.cross_entropy's ignore_index)
 TASKS = ("recognise", "synthesise")
@@ -140,7 +162,8 @@ def _step(model: nn.Module, ids: torch.Tensor, caches: list) -> torch.Tensor:
 
 @torch.no_grad()
 def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max_keys: int = 8) -> list[str]:
-    """Read the keys of clips from their first-codebook codes (B, F), greedily, up to <eos> or max_keys."""
+    """Read the keys of clips from their first-codebook codes (B, F), greedily: each step the likeliest key or
+    <eos>, until <eos>; after max_keys keys only <eos> may follow."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -148,7 +171,7 @@ def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max
     prompt = torch.cat(
         [
             torch.tensor([vocab.bos_id, vocab.task_id("recognise")]).expand(B, 2),
-            vocab.code_ids(codes),
+            vocab.code_ids(codes.cpu()),
             torch.full((B, 1), vocab.sep_id),
         ],
         dim=1,
@@ -158,7 +181,9 @@ def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max
     allowed = torch.full((vocab.size,), float("-inf"), device=device)
     allowed[vocab.first_key : vocab.first_code] = 0  # a key
     allowed[vocab.eos_id] = 0  # or the end
-    for _ in range(max_keys + 1):
+    for step in range(max_keys + 1):
+        if step == max_keys:  # max_keys written: the end is all that may come
+            allowed[vocab.first_key : vocab.first_code] = float("-inf")
         next_id = (logits + allowed).argmax(-1, keepdim=True)  # (B, 1)
         written.append(next_id)
         logits = _step(model, next_id, caches)
@@ -178,9 +203,12 @@ def synthesise(
 ) -> torch.Tensor:
     """Write `frames` first-codebook codes for each text: (B, frames) codes in [0, vocab.codes). Each step samples
     from the model's distribution over the codes alone (every other id masked out), at `temperature` (0: greedy),
-    from the top_k likeliest when given. Texts of different lengths are run one length at a time."""
+    from the top_k likeliest when given. Texts of different lengths are run one length at a time. generator: a
+    torch.Generator on the model's device."""
     if not (isinstance(temperature, (int, float)) and temperature >= 0):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= vocab.codes):
+        raise ValueError(f"top_k must be None or an int from 1 to the codebook's size {vocab.codes}, got {top_k!r}")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -208,3 +236,78 @@ def synthesise(
         out[rows] = torch.cat(written, dim=1).cpu()
     model.train(was_training)
     return out
+
+
+# ---- VALL-E's second stage: the other codebooks, all frames at once ------------------------------------------------
+
+
+class CodebookFiller(nn.Module):
+    """keys (B, K) as `SoundVocabulary` ids (padded with <pad>), codes (B, F, j - 1) of codebooks 1 to j - 1, j ->
+    logits (B, F, codes) for codebook j of every frame.
+
+    The input sequence is the keys' embeddings, then one vector per frame: the sum of its codes' embeddings (one
+    table per codebook, as VALL-E's) plus the embedding of the stage j; learned positions, one table for the keys
+    and one for the frames (so that padding the keys moves no frame); a pre-LN encoder that attends both ways (the
+    keys' padding masked); and a linear map to the codes. config.max_len bounds the keys and the frames each."""
+
+    def __init__(self, config: TransformerConfig, vocab: SoundVocabulary, num_quantizers: int):
+        super().__init__()
+        if isinstance(num_quantizers, bool) or not isinstance(num_quantizers, int) or num_quantizers < 2:
+            raise ValueError(f"a filler needs at least 2 codebooks (it writes the 2nd on), got {num_quantizers!r}")
+        self.config, self.vocab, self.num_quantizers = config, vocab, num_quantizers
+        d = config.d_model
+        self.key_embed = nn.Embedding(vocab.first_code, d)  # the ids below the codes: specials, tasks and keys
+        self.code_embed = nn.ModuleList(nn.Embedding(vocab.codes, d) for _ in range(num_quantizers - 1))
+        self.stage_embed = nn.Embedding(num_quantizers + 1, d)  # rows 2 .. Q used
+        self.key_position = nn.Embedding(config.max_len, d)
+        self.frame_position = nn.Embedding(config.max_len, d)
+        self.encoder = Encoder(config)
+        self.head = nn.Linear(d, vocab.codes)
+
+    def forward(self, keys: torch.Tensor, codes: torch.Tensor, j: int) -> torch.Tensor:
+        """keys (B, K), codes (B, F, j - 1), j in 2..num_quantizers -> logits (B, F, codes) for codebook j."""
+        if isinstance(j, bool) or not isinstance(j, int) or not 2 <= j <= self.num_quantizers:
+            raise ValueError(f"j must be a codebook from 2 to {self.num_quantizers}, got {j!r}")
+        if codes.dim() != 3 or codes.shape[-1] != j - 1 or codes.shape[0] != keys.shape[0]:
+            raise ValueError(f"to write codebook {j} the filler reads codes (B, F, {j - 1}) of codebooks 1 to {j - 1}, "
+                             f"got {tuple(codes.shape)} for {keys.shape[0]} key rows")  # fmt: skip
+        B, K = keys.shape
+        frames = sum(table(codes[..., i]) for i, table in enumerate(self.code_embed[: j - 1]))  # (B, F, d)
+        if max(K, codes.shape[1]) > self.config.max_len:
+            raise ValueError(f"{K} keys or {codes.shape[1]} frames exceed the filler's max_len {self.config.max_len}")
+        frames = frames + self.stage_embed.weight[j] + self.frame_position.weight[: codes.shape[1]]  # (B, F, d)
+        x = torch.cat([self.key_embed(keys) + self.key_position.weight[:K], frames], dim=1)  # (B, K + F, d)
+        mask = padding_mask(torch.cat([keys, keys.new_ones(B, codes.shape[1])], dim=1), self.vocab.pad_id)
+        return self.head(self.encoder(x, mask)[:, K:])  # (B, F, codes)
+
+
+def _key_rows(vocab: SoundVocabulary, texts: Sequence[str]) -> torch.Tensor:
+    """Texts -> their keys' ids (B, K), padded with <pad>."""
+    return pad_sequences([vocab.key_ids(t) for t in texts], vocab.pad_id)
+
+
+def filler_loss(
+    model: CodebookFiller, texts: Sequence[str], codes: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Cross-entropy of codebook j of every frame, j drawn uniformly from 2..Q for the batch with `generator`:
+    texts (B), codes (B, F, Q) of all the codebooks."""
+    if codes.dim() != 3 or codes.shape[-1] != model.num_quantizers:
+        raise ValueError(f"codes must hold all {model.num_quantizers} codebooks (B, F, Q), got {tuple(codes.shape)}")
+    j = int(torch.randint(2, model.num_quantizers + 1, (), generator=generator))
+    device = model.head.weight.device
+    logits = model(_key_rows(model.vocab, texts).to(device), codes[..., : j - 1].to(device), j)  # (B, F, codes)
+    return F.cross_entropy(logits.flatten(0, 1), codes[..., j - 1].flatten().to(device))
+
+
+@torch.no_grad()
+def fill_codebooks(model: CodebookFiller, texts: Sequence[str], first: torch.Tensor) -> torch.Tensor:
+    """Codebooks 2 to Q for first-codebook codes (B, F), greedily, one codebook at a time, each from the ones
+    before it: -> codes (B, F, Q) with `first` as codebook 1."""
+    was_training = model.training
+    model.eval()
+    device = model.head.weight.device
+    keys, codes = _key_rows(model.vocab, texts).to(device), first[..., None].to(device)  # (B, K), (B, F, 1)
+    for j in range(2, model.num_quantizers + 1):
+        codes = torch.cat([codes, model(keys, codes, j).argmax(-1, keepdim=True)], dim=-1)  # (B, F, j)
+    model.train(was_training)
+    return codes.cpu()

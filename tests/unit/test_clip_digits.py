@@ -127,11 +127,16 @@ def test_a_clip_checkpoint_saves_and_loads_with_both_configs(tmp_path):
 
 @pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_shipped_clip_classifies_the_digits_from_phrasings_it_never_saw():
-    """The shipped checkpoint's zero-shot accuracies are what its file records, and far above chance (0.1)."""
+    """The shipped checkpoint's zero-shot accuracy from phrasings it never saw is what its file records, and five
+    times chance (0.1) or more; with the training phrasings it is far higher."""
     model, meta = tl.load_checkpoint("digits_clip")
     assert isinstance(model, clip.CLIPModel) and not model.training
     _, _, test_x, test_y = vit.digits_data()
     tokenizer = clip.caption_tokenizer()
     held_out = clip.zero_shot_accuracy(model, test_x, test_y, clip.class_embeddings(model, tokenizer))
     assert held_out == pytest.approx(meta["evals"][-1]["zero-shot, held-out phrasings"], abs=0.005)
-    assert held_out >= 0.75
+    assert held_out >= 0.5
+    trained = clip.zero_shot_accuracy(
+        model, test_x, test_y, clip.class_embeddings(model, tokenizer, clip.CAPTION_TEMPLATES[:-1])
+    )
+    assert trained == pytest.approx(meta["evals"][-1]["zero-shot, training phrasings"], abs=0.005) and trained >= 0.9

@@ -114,3 +114,62 @@ def test_synthesise_writes_exactly_the_frames_and_only_codes():
             seq.append(code + vocab.first_code)
     with pytest.raises(ValueError, match="temperature must be a number >= 0"):
         viola.synthesise(model, vocab, ["1"], frames=2, temperature=-1)
+
+
+def test_recognise_stops_at_max_keys_when_the_model_never_ends():
+    vocab = _vocab()
+
+    class Chatty(_Scripted):
+        def forward(self, ids, caches=None):
+            logits = torch.zeros(*ids.shape, self.size)
+            logits[..., 13] = 5  # always '5', never the end
+            return logits
+
+    assert viola.recognise(Chatty(vocab.size), vocab, torch.tensor([[1, 2]]), max_keys=3) == ["555"]
+    with pytest.raises(ValueError, match="top_k must be None or an int from 1 to the codebook's size 8"):
+        viola.synthesise(Chatty(vocab.size), vocab, ["1"], frames=2, top_k=9)
+
+
+def _filler(codes=8, quantizers=3, seed=0):
+    torch.manual_seed(seed)
+    config = tl.TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0, max_len=12,
+                                  norm_first=True)  # fmt: skip
+    return viola.CodebookFiller(config, _vocab(codes), quantizers).eval()
+
+
+def test_the_filler_reads_every_frame_and_padding_the_keys_changes_nothing():
+    model, vocab = _filler(), _vocab()
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 8, (2, 5, 3), generator=g)  # (B, F, Q)
+    alone = model(torch.tensor([vocab.key_ids("7")]), codes[:1, :, :2], 3)  # (1, 5, 8)
+    keys = viola._key_rows(vocab, ["7", "123"])  # (2, 3): the first row padded
+    together = model(keys, codes[:, :, :2], 3)  # (2, 5, 8)
+    assert together.shape == (2, 5, 8) and torch.allclose(alone[0], together[0], atol=1e-6)
+    # every frame can see every other: changing the last frame's code moves the first frame's logits
+    moved = codes.clone()
+    moved[0, -1, 0] = (moved[0, -1, 0] + 1) % 8
+    assert not torch.allclose(model(keys, moved[:, :, :2], 3)[0, 0], together[0, 0])
+    with pytest.raises(ValueError, match="j must be a codebook from 2 to 3"):
+        model(keys, codes[:, :, :0], 1)
+    with pytest.raises(ValueError, match=r"reads codes \(B, F, 1\) of codebooks 1 to 1"):
+        model(keys, codes[:, :, :2], 2)
+    with pytest.raises(ValueError, match="at least 2 codebooks"):
+        viola.CodebookFiller(model.config, vocab, 1)
+
+
+def test_the_filler_loss_draws_a_codebook_and_fill_writes_them_in_turn():
+    model, vocab = _filler(), _vocab()
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 8, (2, 5, 3), generator=g)
+    texts = ["7", "123"]
+    j = int(torch.randint(2, 4, (), generator=torch.Generator().manual_seed(9)))
+    logits = model(viola._key_rows(vocab, texts), codes[..., : j - 1], j)
+    by_hand = F.cross_entropy(logits.flatten(0, 1), codes[..., j - 1].flatten())
+    assert torch.allclose(viola.filler_loss(model, texts, codes, torch.Generator().manual_seed(9)), by_hand)
+    filled = viola.fill_codebooks(model, texts, codes[..., 0])
+    assert filled.shape == (2, 5, 3) and torch.equal(filled[..., 0], codes[..., 0])
+    for j in (2, 3):  # each codebook is the argmax given the ones before it
+        expected = model(viola._key_rows(vocab, texts), filled[..., : j - 1], j).argmax(-1)
+        assert torch.equal(filled[..., j - 1], expected)
+    with pytest.raises(ValueError, match="must hold all 3 codebooks"):
+        viola.filler_loss(model, texts, codes[..., :2])
