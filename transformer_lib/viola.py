@@ -45,6 +45,7 @@ __all__ = [
     "recognise",
     "synthesise",
     "CodebookFiller",
+    "key_rows",
     "filler_loss",
     "fill_codebooks",
 ]
@@ -281,32 +282,37 @@ class CodebookFiller(nn.Module):
         return self.head(self.encoder(x, mask)[:, K:])  # (B, F, codes)
 
 
-def _key_rows(vocab: SoundVocabulary, texts: Sequence[str]) -> torch.Tensor:
-    """Texts -> their keys' ids (B, K), padded with <pad>."""
-    return pad_sequences([vocab.key_ids(t) for t in texts], vocab.pad_id)
+def key_rows(vocab: SoundVocabulary, keys: Sequence[str] | torch.Tensor) -> torch.Tensor:
+    """Texts -> their keys' ids (B, K), padded with <pad>; ids (B, K) pass as they are."""
+    if isinstance(keys, torch.Tensor):
+        return keys
+    return pad_sequences([vocab.key_ids(t) for t in keys], vocab.pad_id)
 
 
 def filler_loss(
-    model: CodebookFiller, texts: Sequence[str], codes: torch.Tensor, generator: torch.Generator | None = None
+    model: CodebookFiller,
+    keys: Sequence[str] | torch.Tensor,
+    codes: torch.Tensor,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of codebook j of every frame, j drawn uniformly from 2..Q for the batch with `generator`:
-    texts (B), codes (B, F, Q) of all the codebooks."""
+    keys, B texts or their ids (B, K) padded with <pad>; codes (B, F, Q) of all the codebooks."""
     if codes.dim() != 3 or codes.shape[-1] != model.num_quantizers:
         raise ValueError(f"codes must hold all {model.num_quantizers} codebooks (B, F, Q), got {tuple(codes.shape)}")
     j = int(torch.randint(2, model.num_quantizers + 1, (), generator=generator))
     device = model.head.weight.device
-    logits = model(_key_rows(model.vocab, texts).to(device), codes[..., : j - 1].to(device), j)  # (B, F, codes)
+    logits = model(key_rows(model.vocab, keys).to(device), codes[..., : j - 1].to(device), j)  # (B, F, codes)
     return F.cross_entropy(logits.flatten(0, 1), codes[..., j - 1].flatten().to(device))
 
 
 @torch.no_grad()
-def fill_codebooks(model: CodebookFiller, texts: Sequence[str], first: torch.Tensor) -> torch.Tensor:
-    """Codebooks 2 to Q for first-codebook codes (B, F), greedily, one codebook at a time, each from the ones
-    before it: -> codes (B, F, Q) with `first` as codebook 1."""
+def fill_codebooks(model: CodebookFiller, keys: Sequence[str] | torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """Codebooks 2 to Q for first-codebook codes (B, F) of clips with these keys (B texts, or their ids (B, K)),
+    greedily, one codebook at a time, each from the ones before it: -> codes (B, F, Q), `first` as codebook 1."""
     was_training = model.training
     model.eval()
     device = model.head.weight.device
-    keys, codes = _key_rows(model.vocab, texts).to(device), first[..., None].to(device)  # (B, K), (B, F, 1)
+    keys, codes = key_rows(model.vocab, keys).to(device), first[..., None].to(device)  # (B, K), (B, F, 1)
     for j in range(2, model.num_quantizers + 1):
         codes = torch.cat([codes, model(keys, codes, j).argmax(-1, keepdim=True)], dim=-1)  # (B, F, j)
     model.train(was_training)

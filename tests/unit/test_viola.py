@@ -142,7 +142,7 @@ def test_the_filler_reads_every_frame_and_padding_the_keys_changes_nothing():
     g = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 8, (2, 5, 3), generator=g)  # (B, F, Q)
     alone = model(torch.tensor([vocab.key_ids("7")]), codes[:1, :, :2], 3)  # (1, 5, 8)
-    keys = viola._key_rows(vocab, ["7", "123"])  # (2, 3): the first row padded
+    keys = viola.key_rows(vocab, ["7", "123"])  # (2, 3): the first row padded
     together = model(keys, codes[:, :, :2], 3)  # (2, 5, 8)
     assert together.shape == (2, 5, 8) and torch.allclose(alone[0], together[0], atol=1e-6)
     # every frame can see every other: changing the last frame's code moves the first frame's logits
@@ -163,13 +163,15 @@ def test_the_filler_loss_draws_a_codebook_and_fill_writes_them_in_turn():
     codes = torch.randint(0, 8, (2, 5, 3), generator=g)
     texts = ["7", "123"]
     j = int(torch.randint(2, 4, (), generator=torch.Generator().manual_seed(9)))
-    logits = model(viola._key_rows(vocab, texts), codes[..., : j - 1], j)
+    logits = model(viola.key_rows(vocab, texts), codes[..., : j - 1], j)
     by_hand = F.cross_entropy(logits.flatten(0, 1), codes[..., j - 1].flatten())
     assert torch.allclose(viola.filler_loss(model, texts, codes, torch.Generator().manual_seed(9)), by_hand)
+    ids = viola.key_rows(vocab, texts)  # (2, 3): what a batch of fit carries
+    assert torch.allclose(viola.filler_loss(model, ids, codes, torch.Generator().manual_seed(9)), by_hand)
     filled = viola.fill_codebooks(model, texts, codes[..., 0])
     assert filled.shape == (2, 5, 3) and torch.equal(filled[..., 0], codes[..., 0])
     for j in (2, 3):  # each codebook is the argmax given the ones before it
-        expected = model(viola._key_rows(vocab, texts), filled[..., : j - 1], j).argmax(-1)
+        expected = model(viola.key_rows(vocab, texts), filled[..., : j - 1], j).argmax(-1)
         assert torch.equal(filled[..., j - 1], expected)
     with pytest.raises(ValueError, match="must hold all 3 codebooks"):
         viola.filler_loss(model, texts, codes[..., :2])
