@@ -372,14 +372,14 @@ def spectral_loss(
 ) -> torch.Tensor:
     """How far two batches of waveforms (B, T) are apart as spectrograms, at several window lengths.
 
-    For each window n, a Hann-windowed STFT hopping n / 4 samples; the magnitudes' log distance, mean
-    |log(|X| + floor) - log(|Y| + floor)| (the log weighs quiet parts as much as loud ones, down to the floor),
-    plus a tenth of their plain distance, mean ||X| - |Y||. Magnitudes only: a tone at another phase costs little
-    (what leaks past the window's edges moves with the phase: for a tone of 941 Hz at phase 1.3, a twelfth of what
-    a tone of another key costs, at most about a seventh over all phases), where a waveform distance punishes the
-    phase about as much as the wrong tone. SoundStream (Zeghidour et al., 2021) and EnCodec (Défossez et al., 2022)
-    train with multi-scale spectral losses too, on mel bands (EnCodec: L1 and L2 on mel magnitudes; SoundStream: L1
-    on mel, L2 on log-mel), with adversarial losses beside them."""
+    For each window n, a Hann-windowed STFT hopping n / 4 samples; the magnitudes' log distance, the mean of
+    ``abs(log(abs(X) + floor) - log(abs(Y) + floor))`` (the log weighs quiet parts as much as loud ones, down to
+    the floor), plus a tenth of their plain distance, the mean of ``abs(abs(X) - abs(Y))``. Magnitudes only: a
+    tone at another phase costs little (what leaks past the window's edges moves with the phase: for a tone of
+    941 Hz at phase 1.3, a twelfth of what a tone of another key costs, at most about a seventh over all phases),
+    where a waveform distance punishes the phase about as much as the wrong tone. SoundStream (Zeghidour et al.,
+    2021) and EnCodec (Défossez et al., 2022) train with multi-scale spectral losses too, on mel bands (EnCodec: L1
+    and L2 on mel magnitudes; SoundStream: L1 on mel, L2 on log-mel), with adversarial losses beside them."""
     if reconstruction.shape != target.shape or target.dim() != 2:
         raise ValueError(f"reconstruction and target must be waveforms (B, T) of one shape, got "
                          f"{tuple(reconstruction.shape)} and {tuple(target.shape)}")  # fmt: skip
