@@ -134,6 +134,52 @@ def test_moving_averages_find_the_clusters():
     assert end < 0.1 * start and end < 0.5  # near the clusters' own spread (2 x 0.1^2 = 0.02), or close to it
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kmeans_is_lloyds_as_scikit_learn_runs_it(seed):
+    """From the same starting rows, scikit-learn's Lloyd k-means ends on the same centres and assignment (clustered
+    data, so that no centre is left without rows, where the two differ on purpose: sklearn moves it, we keep it)."""
+    from sklearn.cluster import KMeans
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(300, 4, generator=g, dtype=torch.float64) + 3 * torch.randint(0, 5, (300, 1), generator=g)
+    centres, assignment = codec.kmeans(x, 5, 20, torch.Generator().manual_seed(seed + 10))
+    start = x[torch.randperm(300, generator=torch.Generator().manual_seed(seed + 10))[:5]]  # the rows kmeans drew
+    theirs = KMeans(5, init=start.numpy(), n_init=1, max_iter=20, tol=0, algorithm="lloyd").fit(x.numpy())
+    assert torch.allclose(centres, torch.from_numpy(theirs.cluster_centers_), atol=1e-10)
+    assert torch.equal(assignment, torch.from_numpy(theirs.labels_).long())
+
+
+def test_kmeans_keeps_a_centre_nobody_chose_and_zero_iterations_is_the_start():
+    x = torch.tensor([[0.0], [0.1], [10.0], [10.1]])
+    centres, assignment = codec.kmeans(x, 2, 0, torch.Generator().manual_seed(0))
+    assert all((x == c).all(-1).any() for c in centres)  # rows of x, not moved
+    x = torch.tensor([[0.0], [0.0], [1.0]])  # two equal rows: a start on both leaves one centre without rows
+    for seed in range(20):
+        centres, assignment = codec.kmeans(x, 2, 3, torch.Generator().manual_seed(seed))
+        assert torch.isfinite(centres).all() and set(assignment.tolist()) <= {0, 1}
+
+
+def test_kmeans_init_starts_every_codebook_on_the_residuals_it_will_code():
+    """After kmeans_init on clustered vectors the first codebook codes them far better than its random start, the
+    second codes what the first leaves (smaller entries, and less left again), no entry starts dead, and the moving
+    averages agree with the entries."""
+    g = torch.Generator().manual_seed(4)
+    centres = torch.randn(8, 3, generator=g) * 4  # (8, 3)
+    x = centres[torch.randint(8, (2000,), generator=g)] + 0.05 * torch.randn(2000, 3, generator=g)  # (2000, 3)
+    q = codec.ResidualVectorQuantizer(2, 8, 3)
+    q.kmeans_init(x.reshape(40, 50, 3), generator=torch.Generator().manual_seed(0))
+    first, second = (layer.codebook for layer in q.layers)
+    q.eval()
+    left_by = [((q.decode(q.encode(x, n)) - x) ** 2).sum(-1).mean() for n in (1, 2)]
+    start, _ = codec.kmeans(x, 8, 0, torch.Generator().manual_seed(0))  # the rows k-means started from
+    at_start = (torch.cdist(x, start).min(-1).values ** 2).mean()
+    assert left_by[0] < at_start / 2 and left_by[1] < left_by[0] / 2
+    assert second.embed.norm(dim=-1).mean() < first.embed.norm(dim=-1).mean() / 4
+    for book in (first, second):
+        assert (book.cluster_size >= book.dead).all()
+        assert torch.allclose(book.embed_avg / book.cluster_size[:, None], book.embed, atol=1e-5)
+
+
 def test_bits_per_second_is_encodecs_bandwidth():
     assert codec.bits_per_second(32, 1024, 75) == 24_000  # EnCodec 24 kHz at 24 kbps: 32 codebooks of 1,024
     assert codec.bits_per_second(2, 1024, 75) == 1_500  # and at 1.5 kbps: the first two
@@ -151,6 +197,10 @@ def test_bits_per_second_is_encodecs_bandwidth():
         (lambda q: q.decode(torch.zeros(4, 2)), "codes must be integer ids"),
         (lambda q: codec.Codebook(1, 3), "at least 2 entries"),
         (lambda q: codec.ResidualVectorQuantizer(0, 8, 3), "num_quantizers must be at least 1, got 0"),
+        (lambda q: codec.kmeans(torch.randn(4, 3), 5), "k must be a number of centres from 1 to the 4 rows, got 5"),
+        (lambda q: codec.kmeans(torch.randn(4, 3, 2), 2), r"kmeans reads float rows \(N, dim\), got shape \(4, 3, 2\)"),
+        (lambda q: codec.kmeans(torch.randn(4, 3), 2, -1), "iterations must be a whole number of at least 0, got -1"),
+        (lambda q: q.kmeans_init(torch.randn(20, 4)), "vectors of size 3 along the last axis"),
     ],
 )
 def test_bad_input_is_refused_by_name(call, message):
@@ -237,15 +287,15 @@ def test_the_spectral_loss_is_zero_for_the_same_sound_and_blind_to_phase_but_not
     shifted = _tone(941.0, 1.3)[None]  # the same tone, another phase
     other = _tone(1209.0, 0.0)[None]  # another key's tone
     assert codec.spectral_loss(tone, tone) == 0
-    assert codec.spectral_loss(shifted, tone) < 0.1 * codec.spectral_loss(other, tone)  # 0.08: the leakage moves
+    assert codec.spectral_loss(shifted, tone) < 0.1 * codec.spectral_loss(other, tone)  # 0.07: the leakage moves
     assert F.l1_loss(shifted, tone) > 0.5 * F.l1_loss(other, tone)  # the waveform distance punishes the phase
-    # each window's term by hand: log distance plus a tenth of the plain distance, Hann window, hop n / 4
+    # each window's term by hand: log distance (floor 1) plus a tenth of the plain distance, Hann window, hop n / 4
     a, b = tone.float(), (0.5 * other).float()
     by_hand = 0
     for n in (64, 256):
         w = torch.hann_window(n)
         x, y = (torch.stft(v, n, n // 4, window=w, return_complex=True).abs() for v in (a, b))
-        by_hand += (torch.log(x + 0.1) - torch.log(y + 0.1)).abs().mean() + (x - y).abs().mean() / 10
+        by_hand += (torch.log(x + 1) - torch.log(y + 1)).abs().mean() + (x - y).abs().mean() / 10
     assert codec.spectral_loss(a, b) == pytest.approx(float(by_hand), rel=1e-6)
     with pytest.raises(ValueError, match="one shape"):
         codec.spectral_loss(a, b[:, :100])
@@ -277,8 +327,8 @@ def test_a_codec_checkpoint_has_no_config_and_loads_the_same_codes(tmp_path):
 
 @pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_shipped_touch_tone_codec_is_read_back_by_a_decoder_that_learned_nothing():
-    """Through all four codebooks the Goertzel decoder reads the keys of nearly every held-out clip; through the
-    first alone, far fewer: what the other codebooks add. The scores are what the file records (a clip or two
+    """Through three or four codebooks the Goertzel decoder reads the keys of nearly every held-out clip; through
+    the first alone, far fewer: what the other codebooks add. The scores are what the file records (a clip or two
     may flip on another CPU)."""
     import transformer_lib as tl
     from transformer_lib import recipes
@@ -288,6 +338,7 @@ def test_the_shipped_touch_tone_codec_is_read_back_by_a_decoder_that_learned_not
     scores, recorded = recipes.codec_scores(model), meta["evals"][-1]
     for key, value in scores.items():
         assert value == pytest.approx(recorded[key], abs=2 / 64 if key.startswith("read") else 0.1), key
-    assert scores["read back, 4 codebooks"] >= 0.95 and scores["read back, 2 codebooks"] >= 0.9
+    assert scores["read back, 4 codebooks"] >= 0.95 and scores["read back, 3 codebooks"] >= 0.95
     assert scores["read back, 1 codebooks"] < scores["read back, 2 codebooks"] - 0.3
-    assert scores["snr dB, 1 codebooks"] < scores["snr dB, 2 codebooks"] < scores["snr dB, 4 codebooks"]
+    snr = [scores[f"snr dB, {k} codebooks"] for k in (1, 2, 3, 4)]
+    assert snr == sorted(snr) and snr[-1] > 12  # each codebook adds; all four well above the old codec's 5.6 dB
