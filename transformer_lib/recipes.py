@@ -941,8 +941,9 @@ CODEC_PLAIN_STEPS = 1000  # the first 1,000 of them without the quantizer (train
 def touch_tone_codec(seed: int = 0, dropout: bool = False) -> Codec:
     """Chapter 19's codec for touch tones at CODEC_RATE: strides 2, 4 and 5 (one frame per 40 samples, 100 frames a
     second), 16 to 128 channels, frames of 16 numbers coded by 4 codebooks of 64 entries (6 bits each: 600 bits a
-    second per codebook). Without quantizer dropout by default (the shipped codec was trained without it), so the
-    first codebook alone was never trained to stand on its own, as SoundStream's dropout would make it."""
+    second per codebook). Without quantizer dropout by default (the shipped codec was trained without it): trained
+    with it (SoundStream's), seed 0 read back 25% of the held-out clips from its first codebook alone, against 23%
+    without, and 100% from all four."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return Codec(channels=16, strides=(2, 4, 5), dim=16, num_quantizers=4, size=64, dropout=dropout)

@@ -41,12 +41,18 @@ def read_back_share(model, n, clips, seed):
     return sum(r == k for r, k in zip(read, keys)) / clips
 
 
+# the read-back checker runs the shipped codec on clips, a second or two a call: make test runs it, make check does not
+SLOW = pytest.mark.slow
 SOLUTIONS = [
     (residual_codes, ex19.check_residual_codes),
     (contrastive_loss, ex19.check_contrastive_loss),
-    (read_back_share, ex19.check_read_back_share),
+    pytest.param(read_back_share, ex19.check_read_back_share, marks=SLOW),
 ]
-CHECKS = [check for _, check in SOLUTIONS]
+CHECKS = [
+    ex19.check_residual_codes,
+    ex19.check_contrastive_loss,
+    pytest.param(ex19.check_read_back_share, marks=SLOW),
+]
 
 
 @pytest.mark.parametrize(("solution", "check"), SOLUTIONS)
@@ -236,6 +242,7 @@ def _share(n_of=lambda n, model: n, through=True, per_key=False, count=False, se
     return fn
 
 
+@SLOW
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [
@@ -265,6 +272,7 @@ def _after_four_calls(then):
     return fn
 
 
+@SLOW
 def test_a_share_that_ignores_the_seed_or_draws_anew_is_named():
     first = ex19._SHARE_CASES[0][2]
     same_clips = _after_four_calls(lambda model, n, clips, seed: read_back_share(model, n, clips, first))
@@ -286,6 +294,7 @@ def _through_forward(model, n, clips, seed):
     return torch.tensor([r == k for r, k in zip(read, keys)]).float().mean()
 
 
+@SLOW
 @pytest.mark.parametrize("right", [_by_codec_scores, _through_forward])
 def test_read_back_share_other_routes_pass(right):
     assert ex19.check_read_back_share(right) == CORRECT
