@@ -67,6 +67,14 @@ $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 
 install: $(STAMP)
 
+# Triton (the `triton` extra, about 1 GB): its FlashAttention kernels run in Triton's interpreter on a CPU and
+# compiled on an NVIDIA GPU (transformer_lib/flash_triton.py). The tests need it, the website does not, so only
+# the stages that run them install it; without it, outside CI, those tests skip and say why.
+TRITON_STAMP := $(VENV)/.installed-triton
+$(TRITON_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[triton]" -c $(CONSTRAINTS)
+	touch $(TRITON_STAMP)
+
 # The one npm guard: $(call with_npm,WHAT,FILE,COMMAND) runs COMMAND when FILE (installed from npm) is there
 # and node runs; otherwise it fails under CI=true (.ci/run installs npm), or says loudly what was skipped.
 define with_npm
@@ -108,7 +116,7 @@ lint-js: $(NPM_STAMP)
 # The fast loop: the unit tests that take under a second, two at a time with one thread each (two threads each on
 # two cores would wait on each other), after the lint; without nbval's plugin and the TRL comparisons, whose imports
 # alone take seconds. Under a minute on this machine; make test runs them all.
-check: lint
+check: lint $(TRITON_STAMP)
 	OMP_NUM_THREADS=1 $(PYTEST) tests/unit -m "not slow" -q -n 2 -p no:nbval --ignore=tests/unit/test_alignment_trl.py
 
 book: $(STAMP) playground
@@ -131,7 +139,7 @@ lint: $(STAMP) lint-js lint-actions
 	$(BIN)/python tools/setup_cell.py
 	$(BIN)/python tools/plain_notebooks.py
 
-unit: $(STAMP)
+unit: $(STAMP) $(TRITON_STAMP)
 	$(PYTEST) tests/unit --junitxml=$(REPORTS)/junit-unit.xml
 
 book-tests: $(STAMP)

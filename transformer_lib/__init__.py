@@ -11,7 +11,8 @@ function is added to its module's list and nowhere else.
 
 import importlib
 
-from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, hf, inside, lora, moe  # noqa: F401
+from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, flash_triton, hf, inside  # noqa: F401
+from . import lora, moe  # noqa: F401
 from . import quantization, recipes, speculative, speech, surgery, viola, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
@@ -80,6 +81,7 @@ _SUBMODULES = (
     "codec",
     "viola",
     "flash",
+    "flash_triton",
     "clip",
     "speculative",
     "arithmetic",

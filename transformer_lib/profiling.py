@@ -1,4 +1,4 @@
-"""What a computation costs: its wall time and the memory autograd keeps for the backward pass."""
+"""What a computation costs: its wall time, the memory autograd keeps for the backward pass, and its peak memory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["median_seconds", "saved_tensor_bytes"]
+__all__ = ["median_seconds", "saved_tensor_bytes", "peak_bytes"]
 
 
 def _sync(device: torch.device | str | None) -> None:
@@ -52,3 +52,19 @@ def saved_tensor_bytes(fn: Callable[[], object]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(storages.values())
+
+
+def peak_bytes(fn: Callable[[], object]) -> int:
+    """The most CPU memory fn()'s tensors held at once, in bytes, counted from its first allocation: the peak of
+    the running total of what each operation allocated and freed, as torch.profiler records it (every operation's
+    own allocations, so that nested calls are counted once). Tensors that existed before fn() are not counted; the
+    result fn() returns is. For CUDA, torch.cuda.max_memory_allocated measures the same on the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    total = peak = 0
+    for event in sorted(prof.profiler.function_events, key=lambda e: e.time_range.start):  # in the order they ran
+        total += event.self_cpu_memory_usage  # bytes allocated minus bytes freed by the operation itself
+        peak = max(peak, total)
+    return peak

@@ -48,6 +48,7 @@ LATER = [
     "codec",
     "viola",
     "flash",
+    "flash_triton",
     "clip",
     "speculative",
     "arithmetic",

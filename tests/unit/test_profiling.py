@@ -37,3 +37,27 @@ def test_median_seconds_runs_the_function_and_rejects_no_repeats():
     assert len(calls) == 5 and t >= 0.0
     with pytest.raises(ValueError, match="at least 1"):
         tl.median_seconds(lambda: None, repeats=0)
+
+
+@pytest.mark.slow  # the profiler records every operation: 3 s
+def test_peak_bytes_sees_attentions_square_and_flash_attentions_line():
+    import math
+
+    from transformer_lib import flash
+
+    def naive(q, k, v):
+        return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1) @ v
+
+    peaks = {}
+    for T in (256, 512, 1024):
+        q, k, v = (torch.randn(1, 1, T, 64) for _ in range(3))
+        peaks[T] = (
+            tl.peak_bytes(lambda q=q, k=k, v=v: naive(q, k, v)),
+            tl.peak_bytes(lambda q=q, k=k, v=v: flash.flash_forward(q, k, v)),
+        )
+        scores = T * T * 4  # one float32 T x T matrix
+        assert peaks[T][0] >= 2 * scores  # the scores and their softmax, both T x T, at once
+        assert T * 64 * 4 <= peaks[T][1] < 4 * T * 64 * 4 + 4 * 64 * 64 * 4  # the output and a few tiles
+    assert peaks[1024][0] / peaks[256][0] == pytest.approx(16, rel=0.01)  # 4 times longer, 16 times the memory
+    assert peaks[1024][1] / peaks[256][1] < 4  # at most 4 times: linear, plus what one tile holds
+    assert tl.peak_bytes(lambda: None) == 0
