@@ -115,6 +115,7 @@ from .training import (
     repeat_losses,
     seq2seq_loss,
 )
+from .viola import SoundVocabulary, recognise, synthesise, task_batch, task_loss
 from .vit import DigitsCNN, VisionTransformer, digits_data, image_accuracy, random_shifts, shift_images, vit_config
 from .wav2vec2 import (
     Wav2Vec2ForCTC,
@@ -167,6 +168,19 @@ __all__ = [
     "codec_clips",
     "codec_scores",
     "train_touch_tone_codec",
+    "VIOLA_STEPS",
+    "VIOLA_CODEBOOKS",
+    "VIOLA_TEST_SEED",
+    "viola_vocabulary",
+    "touch_tone_viola",
+    "viola_batches",
+    "viola_scores",
+    "train_touch_tone_viola",
+    "VIOLA_LINES",
+    "SYNTHESIS_TEMPERATURES",
+    "viola_test",
+    "viola_runs_path",
+    "load_viola_runs",
     "load_clip_runs",
     "digits_variant",
     "train_digits_vit",
@@ -1051,6 +1065,144 @@ def _touch_tone_codec(
     plain = min(CODEC_PLAIN_STEPS, steps)
     history = train_touch_tone_codec(model, steps, plain_steps=plain, evaluate=evaluate, progress=progress)
     return model, history, model.checkpoint_init()
+
+
+VIOLA_STEPS = 6000  # the touch-tone VioLA: 6,000 of fit's AdamW steps of 32 sequences, half of each task
+VIOLA_CODEBOOKS = 2  # it reads and writes the codec's first two codebooks, interleaved frame by frame
+VIOLA_TEST_SEED = 999  # its held-out clips: codec_clips(64, VIOLA_TEST_SEED)
+
+
+def viola_vocabulary() -> SoundVocabulary:
+    """The touch-tone VioLA's ids: the specials, the two tasks, the twelve keys, then 64 codes for each of the codec's
+    first VIOLA_CODEBOOKS codebooks (146 ids in all)."""
+    return SoundVocabulary(TOUCH_TONE_KEYS, 64, VIOLA_CODEBOOKS)
+
+
+def touch_tone_viola(seed: int = 0) -> DecoderOnlyLM:
+    """Chapter 19's VioLA at laptop scale: a pre-LN decoder-only Transformer over `viola_vocabulary`, 3 layers,
+    d_model 96, 4 heads, learned positions up to 224 (the longest sequence is 2 + 200 + 1 + 6 + 1 = 210 ids: a
+    second of 100 frames of 2 codes, 6 keys), no dropout."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DecoderOnlyLM(
+            vocab_size=viola_vocabulary().size,
+            d_model=96,
+            num_heads=4,
+            num_layers=3,
+            d_ff=384,
+            dropout=0.0,
+            max_len=224,
+            norm_first=True,
+        )
+
+
+def viola_batches(codec: Codec, seed: int, batch_size: int = 32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless `task_batch`es over fresh `codec_clips` (1 s, 3 to 6 keys) from a stream seeded with `seed`, coded by
+    `codec`'s first VIOLA_CODEBOOKS codebooks: even rows recognise, odd rows synthesise."""
+    vocab, rng = viola_vocabulary(), torch.Generator().manual_seed(seed)
+    tasks = ["recognise" if i % 2 == 0 else "synthesise" for i in range(batch_size)]
+    while True:
+        samples, texts = codec_clips(batch_size, rng)
+        with torch.no_grad():
+            codes = codec.encode(samples, VIOLA_CODEBOOKS)  # (B, 100, 2)
+        yield task_batch(vocab, tasks, codes, texts)
+
+
+@torch.no_grad()
+def viola_scores(model: nn.Module, codec: Codec, n: int = 64, seed: int = VIOLA_TEST_SEED) -> dict[str, float]:
+    """On n held-out clips: "recognised", the share whose keys `recognise` reads exactly from their codes; "read
+    back, sampled" and "read back, greedy", the share of clips that `synthesise` writes for their keys (at
+    temperature 1 with a generator seeded 5, and greedily) whose sound, decoded by `codec`, the Goertzel decoder
+    reads back as those keys exactly. The Goertzel decoder learned nothing, so it judges the sound alone."""
+    vocab = viola_vocabulary()
+    samples, texts = codec_clips(n, seed)
+    codes = codec.encode(samples, VIOLA_CODEBOOKS)  # (n, F, 2)
+    scores = {"recognised": sum(r == t for r, t in zip(recognise(model, vocab, codes), texts)) / n}
+    for name, temperature in (("sampled", 1.0), ("greedy", 0.0)):
+        generator = torch.Generator(next(model.parameters()).device).manual_seed(5)
+        written = synthesise(model, vocab, texts, codes.shape[1], temperature=temperature, generator=generator)
+        read = dtmf_decode(codec.decode(written), sampling_rate=CODEC_RATE, frame=100, hop=40)  # (n, F, 2) -> sound
+        scores[f"read back, {name}"] = sum(r == t for r, t in zip(read, texts)) / n
+    return scores
+
+
+VIOLA_LINES = {"noisy": (0.0, 20.0), "quiet": (30.0, 40.0)}  # chapter 16's line and the codec's, snr in dB
+SYNTHESIS_TEMPERATURES = (0.0, 0.5, 0.8, 1.0, 1.2)  # viola_runs.json's synthesis: 0 is greedy
+
+
+def viola_test(line: str, sampling_rate: int = SAMPLING_RATE) -> tuple[torch.Tensor, list[str]]:
+    """Chapter 16's 300 held-out clips (touch_tone_test's keys, timings and noise) on a line of VIOLA_LINES: the
+    noise scaled to that line's signal-to-noise range, every (16,000 / sampling_rate)-th sample kept (the tones,
+    all under 1.5 kHz, survive at 4 kHz; white noise decimated is white noise of the same power). -> ((300,
+    sampling_rate) waveforms, the keys)."""
+    if line not in VIOLA_LINES:
+        raise ValueError(f"line must be one of {sorted(VIOLA_LINES)}, got {line!r}")
+    if sampling_rate not in (SAMPLING_RATE, W2V_RATE, CODEC_RATE):
+        raise ValueError(f"sampling_rate must be {SAMPLING_RATE}, {W2V_RATE} or {CODEC_RATE} Hz, got {sampling_rate!r}")
+    n, seed = _SPEECH_TEST
+    waves, texts = touch_tone_clips(n, seed=seed, snr_db=VIOLA_LINES[line])  # (300, 16000)
+    return waves[:, :: SAMPLING_RATE // sampling_rate].contiguous(), texts  # (300, sampling_rate)
+
+
+def viola_runs_path() -> Path:
+    """Where chapter 19's VioLA measurements ship: transformer_lib/checkpoints/viola_runs.json (tools/viola_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "viola_runs.json"
+
+
+def load_viola_runs(path: Path | None = None) -> dict:
+    """tools/viola_runs.py's file: {"recognition": {line: {reader: "0110..."}}, "synthesis": {temperature:
+    ["0110..." per sampling seed]}, "codec": {"2 codebooks": "0110...", ...}, ...}: one 0 or 1 per held-out clip,
+    1 where the keys were read exactly, so that readers pair clip by clip."""
+    import json
+
+    path = path or viola_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no VioLA runs at {path}; run `python tools/viola_runs.py`")
+    return json.loads(path.read_text())
+
+
+def train_touch_tone_viola(
+    model: nn.Module,
+    codec: Codec,
+    steps: int = VIOLA_STEPS,
+    seed: int = 0,
+    *,
+    evaluate: bool = True,
+    progress: bool = False,
+    device: torch.device | str | None = None,
+) -> History:
+    """Train a VioLA on both tasks at once with `fit` (AdamW at 1e-3, 100 warm-up steps, cosine decay, clipping at
+    1): `viola_batches` of `codec`'s codes from the stream seed + 1. History.evals holds `viola_scores` at a third,
+    two thirds and the end (with evaluate=True). Seed 0's 6,000 steps took 41 minutes on one laptop core."""
+    codec.eval()
+    return fit(
+        model,
+        task_loss,
+        viola_batches(codec, seed + 1),
+        steps=steps,
+        lr=1e-3,
+        warmup=100,
+        eval_fn=(lambda m: viola_scores(m, codec)) if evaluate else None,
+        eval_every=steps // 3 if evaluate else 0,
+        progress=progress,
+        device=device,
+        desc="VioLA on touch tones",
+    )
+
+
+def _touch_tone_viola(
+    steps: int | None = None, progress: bool = False, evaluate: bool | None = None
+) -> tuple[nn.Module, History, dict]:
+    """The shipped touch-tone VioLA (seed 0) over the shipped codec: VIOLA_STEPS steps, about 40 minutes on one
+    laptop core. A shorter run (what the provenance test re-runs) skips the evaluations unless asked."""
+    from .checkpoints import load_checkpoint
+
+    codec, _ = load_checkpoint("touch_tone_codec")
+    model = touch_tone_viola()
+    evaluate = steps is None if evaluate is None else evaluate
+    return model, train_touch_tone_viola(model, codec, steps or VIOLA_STEPS, evaluate=evaluate, progress=progress), {}
 
 
 def clip_runs_path() -> Path:
@@ -2077,6 +2229,7 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "digits_vit": _digits_vit,
     "digits_clip": _digits_clip,
     "touch_tone_codec": _touch_tone_codec,
+    "touch_tone_viola": _touch_tone_viola,
     "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),

@@ -8,12 +8,14 @@ autoregressively, frame by frame, and each other codebook j with a second, non-a
 phonemes, an acoustic prompt and codebooks 1 to j - 1 of every frame at once.
 
 Here the "text" is the keys of a touch-tone clip and the codec is chapter 19's (`tl.codec`, 100 frames a second).
-A `SoundVocabulary` lays out one id space: the specials, two task tokens, the twelve keys and the first codebook's
-codes. A recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>; a
-synthesis sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same
-number of frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise`
-reads keys back greedily, and `synthesise` samples codes with every other id masked out. Both tasks here read or
-write the first codebook alone.
+A `SoundVocabulary` lays out one id space: the specials, two task tokens, the twelve keys and the codes of the
+first `codebooks` codebooks, each codebook its own block of ids. With more than one codebook, a clip's codes are
+interleaved frame by frame (codebook 1 of frame 1, codebook 2 of frame 1, codebook 1 of frame 2, ...), so one
+decoder writes them all in turn: the "flattened" layout of AudioLM's coarse acoustic stage and of MusicGen. A
+recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>; a synthesis
+sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same number of
+frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise` reads keys back
+greedily, and `synthesise` samples codes, at each position from the ids of the codebook that position holds.
 
 `CodebookFiller` is VALL-E's second stage at this size: a bidirectional encoder that reads the keys and, for every
 frame at once, the sum of the embeddings of codebooks 1 to j - 1, told which j it is writing, and predicts
@@ -57,16 +59,21 @@ TASKS = ("recognise", "synthesise")
 @dataclass(frozen=True)
 class SoundVocabulary:
     """One id space for keys and codec codes: <pad> 0, <bos> 1, <eos> 2, <sep> 3, the task tokens (4 recognise,
-    5 synthesise), then one id per key in `keys`' order, then one id per code of a codebook of `codes` entries."""
+    5 synthesise), then one id per key in `keys`' order, then `codes` ids for each of the first `codebooks`
+    codebooks of `codes` entries (codebook q's code c is first_code + q * codes + c, q from 0)."""
 
     keys: str
     codes: int
+    codebooks: int = 1
 
     def __post_init__(self):
         if not self.keys or len(set(self.keys)) != len(self.keys):
             raise ValueError(f"keys must be distinct characters, at least one, got {self.keys!r}")
         if isinstance(self.codes, bool) or not isinstance(self.codes, int) or self.codes < 2:
             raise ValueError(f"codes must be a codebook's size, an int of at least 2, got {self.codes!r}")
+        if isinstance(self.codebooks, bool) or not isinstance(self.codebooks, int) or self.codebooks < 1:
+            raise ValueError(f"codebooks must be how many codebooks the sequences hold, an int >= 1, "
+                             f"got {self.codebooks!r}")  # fmt: skip
 
     pad_id, bos_id, eos_id, sep_id = 0, 1, 2, 3
 
@@ -87,7 +94,13 @@ class SoundVocabulary:
     @property
     def size(self) -> int:
         """How many ids: the vocabulary size a model over it needs."""
-        return self.first_code + self.codes
+        return self.first_code + self.codebooks * self.codes
+
+    def code_range(self, q: int) -> range:
+        """The ids of codebook q's codes (q from 0)."""
+        if not 0 <= q < self.codebooks:
+            raise ValueError(f"codebook q must be from 0 to {self.codebooks - 1}, got {q!r}")
+        return range(self.first_code + q * self.codes, self.first_code + (q + 1) * self.codes)
 
     def key_ids(self, text: str) -> list[int]:
         """'4#1' -> the keys' ids; a character that is not a key is an error."""
@@ -97,12 +110,32 @@ class SoundVocabulary:
         return [self.first_key + self.keys.index(c) for c in text]
 
     def code_ids(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes (..., F) in [0, codes) -> their ids."""
+        """Codes in [0, codes) -> their ids, interleaved frame by frame: (..., F) with one codebook, (..., F, Q)
+        with Q = codebooks -> (..., F * Q), codebook q of frame f at position f * Q + q."""
+        Q = self.codebooks
         if codes.dtype not in (torch.int32, torch.int64) or codes.numel() and not 0 <= int(codes.min()):
             raise ValueError(f"codes must be integer codes from 0, got {codes.dtype}")
         if codes.numel() and int(codes.max()) >= self.codes:
             raise ValueError(f"codes must be below the codebook's size {self.codes}, got {int(codes.max())}")
-        return codes.long() + self.first_code
+        if Q == 1:
+            return codes.long() + self.first_code
+        if codes.dim() < 2 or codes.shape[-1] != Q:
+            raise ValueError(f"codes must be (..., F, {Q}), the {Q} codebooks of each frame, got {tuple(codes.shape)}")
+        offsets = self.first_code + self.codes * torch.arange(Q)  # (Q,): where each codebook's ids start
+        return (codes.long() + offsets).flatten(-2)  # (..., F, Q) -> (..., F * Q)
+
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The inverse of `code_ids`: ids (..., F * Q) -> codes (..., F) with one codebook, (..., F, Q) with Q.
+        An id that is not a code of the codebook its position holds is an error."""
+        Q = self.codebooks
+        if ids.shape[-1] % Q:
+            raise ValueError(f"{ids.shape[-1]} ids are not whole frames of {Q} codebooks")
+        codes = ids.long().unflatten(-1, (-1, Q)) - self.first_code - self.codes * torch.arange(Q)  # (..., F, Q)
+        wrong = (codes < 0) | (codes >= self.codes)
+        if bool(wrong.any()):
+            where = [int(i) for i in wrong.nonzero()[0]]
+            raise ValueError(f"an id at {where} (index ..., frame, codebook) is not a code of its codebook")
+        return codes[..., 0] if Q == 1 else codes
 
     def keys_of(self, ids: Sequence[int]) -> str:
         """Ids -> the keys among them, in order, up to the first <eos>; any other id is skipped."""
@@ -118,9 +151,10 @@ class SoundVocabulary:
 def task_sequence(vocab: SoundVocabulary, task: str, codes: torch.Tensor, keys: str) -> tuple[list[int], list[int]]:
     """One training sequence and its targets (next-token ids, IGNORE where the model is not trained), both of
     length L: recognise: <bos> <recognise> codes <sep> keys <eos>; synthesise: <bos> <synthesise> keys <sep> codes.
-    codes: (F,) the first codebook's codes of one clip; keys: what was dialled."""
-    if codes.dim() != 1:
-        raise ValueError(f"codes must be one clip's first-codebook codes (F,), got shape {tuple(codes.shape)}")
+    codes: one clip's codes, (F,) with one codebook, (F, Q) with vocab.codebooks = Q; keys: what was dialled."""
+    if codes.dim() != (1 if vocab.codebooks == 1 else 2):
+        shape = "(F,)" if vocab.codebooks == 1 else f"(F, {vocab.codebooks})"
+        raise ValueError(f"codes must be one clip's codes {shape}, got shape {tuple(codes.shape)}")
     audio, text = vocab.code_ids(codes).tolist(), vocab.key_ids(keys)
     head = [vocab.bos_id, vocab.task_id(task)]
     if task == "recognise":
@@ -137,8 +171,8 @@ def task_sequence(vocab: SoundVocabulary, task: str, codes: torch.Tensor, keys: 
 def task_batch(
     vocab: SoundVocabulary, tasks: Sequence[str], codes: torch.Tensor, texts: Sequence[str]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of mixed tasks: codes (B, F), one task and one text per clip -> (inputs (B, L), targets (B, L)),
-    padded on the right (<pad> in the inputs, IGNORE in the targets)."""
+    """A batch of mixed tasks: codes (B, F) (or (B, F, Q) with Q codebooks), one task and one text per clip ->
+    (inputs (B, L), targets (B, L)), padded on the right (<pad> in the inputs, IGNORE in the targets)."""
     if not (len(tasks) == len(texts) == codes.shape[0]):
         raise ValueError(
             f"one task and one text per clip: {len(tasks)} tasks, {len(texts)} texts, {codes.shape[0]} clips"
@@ -163,8 +197,8 @@ def _step(model: nn.Module, ids: torch.Tensor, caches: list) -> torch.Tensor:
 
 @torch.no_grad()
 def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max_keys: int = 8) -> list[str]:
-    """Read the keys of clips from their first-codebook codes (B, F), greedily: each step the likeliest key or
-    <eos>, until <eos>; after max_keys keys only <eos> may follow."""
+    """Read the keys of clips from their codes, (B, F) (or (B, F, Q) with vocab.codebooks = Q), greedily: each step
+    the likeliest key or <eos>, until <eos>; after max_keys keys only <eos> may follow."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -172,11 +206,11 @@ def recognise(model: nn.Module, vocab: SoundVocabulary, codes: torch.Tensor, max
     prompt = torch.cat(
         [
             torch.tensor([vocab.bos_id, vocab.task_id("recognise")]).expand(B, 2),
-            vocab.code_ids(codes.cpu()),
+            vocab.code_ids(codes.cpu()),  # (B, F * Q)
             torch.full((B, 1), vocab.sep_id),
         ],
         dim=1,
-    ).to(device)  # (B, 2 + F + 1)
+    ).to(device)  # (B, 2 + F * Q + 1)
     caches = model.new_cache(capacity=prompt.shape[1] + max_keys + 1)
     logits, written = _step(model, prompt, caches), []
     allowed = torch.full((vocab.size,), float("-inf"), device=device)
@@ -202,10 +236,11 @@ def synthesise(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Write `frames` first-codebook codes for each text: (B, frames) codes in [0, vocab.codes). Each step samples
-    from the model's distribution over the codes alone (every other id masked out), at `temperature` (0: greedy),
-    from the top_k likeliest when given. Texts of different lengths are run one length at a time. generator: a
-    torch.Generator on the model's device."""
+    """Write `frames` frames of codes for each text: (B, frames) codes in [0, vocab.codes) with one codebook,
+    (B, frames, Q) with vocab.codebooks = Q, written in `code_ids`' interleaved order. Each step samples from the
+    model's distribution over the codes of the codebook that position holds (every other id masked out), at
+    `temperature` (0: greedy), from the top_k likeliest when given. Texts of different lengths are run one length
+    at a time. generator: a torch.Generator on the model's device."""
     if not (isinstance(temperature, (int, float)) and temperature >= 0):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
     if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= vocab.codes):
@@ -213,17 +248,19 @@ def synthesise(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    out = torch.empty(len(texts), frames, dtype=torch.long)
+    Q = vocab.codebooks
+    out = torch.empty(len(texts), frames * Q, dtype=torch.long)  # ids, interleaved
     for length in sorted({len(t) for t in texts}):
         rows = [i for i, t in enumerate(texts) if len(t) == length]
         prompt = torch.tensor(
             [[vocab.bos_id, vocab.task_id("synthesise"), *vocab.key_ids(texts[i]), vocab.sep_id] for i in rows],
             device=device,
         )  # (b, 2 + length + 1)
-        caches = model.new_cache(capacity=prompt.shape[1] + frames)
+        caches = model.new_cache(capacity=prompt.shape[1] + frames * Q)
         logits, written = _step(model, prompt, caches), []
-        for _ in range(frames):
-            scores = logits[:, vocab.first_code :]  # (b, codes): the codes alone
+        for position in range(frames * Q):
+            ids = vocab.code_range(position % Q)
+            scores = logits[:, ids.start : ids.stop]  # (b, codes): the codes of this position's codebook alone
             if temperature == 0:
                 code = scores.argmax(-1, keepdim=True)  # (b, 1)
             else:
@@ -232,11 +269,11 @@ def synthesise(
                     kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (b, 1)
                     scores = scores.masked_fill(scores < kth, float("-inf"))
                 code = torch.multinomial(scores.softmax(-1), 1, generator=generator)  # (b, 1)
-            written.append(code)
-            logits = _step(model, code + vocab.first_code, caches)
+            written.append(code + ids.start)
+            logits = _step(model, written[-1], caches)
         out[rows] = torch.cat(written, dim=1).cpu()
     model.train(was_training)
-    return out
+    return vocab.codes_of(out)
 
 
 # ---- VALL-E's second stage: the other codebooks, all frames at once ------------------------------------------------

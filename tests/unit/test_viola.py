@@ -130,6 +130,73 @@ def test_recognise_stops_at_max_keys_when_the_model_never_ends():
         viola.synthesise(Chatty(vocab.size), vocab, ["1"], frames=2, top_k=9)
 
 
+def test_two_codebooks_interleave_frame_by_frame_and_come_back():
+    vocab = viola.SoundVocabulary(KEYS, 8, codebooks=2)
+    assert vocab.first_code == 18 and vocab.size == 18 + 2 * 8
+    assert vocab.code_range(0) == range(18, 26) and vocab.code_range(1) == range(26, 34)
+    codes = torch.tensor([[[3, 0], [7, 5]], [[1, 1], [0, 7]]])  # (B 2, F 2, Q 2)
+    ids = vocab.code_ids(codes)  # (2, 4): frame 1's codebooks 1 and 2, then frame 2's
+    assert ids.tolist() == [[21, 26, 25, 31], [19, 27, 18, 33]]
+    assert torch.equal(vocab.codes_of(ids), codes)
+    with pytest.raises(ValueError, match="not a code of its codebook"):
+        vocab.codes_of(torch.tensor([26, 26]))  # codebook 2's id where codebook 1's belongs
+    with pytest.raises(ValueError, match="not whole frames of 2 codebooks"):
+        vocab.codes_of(torch.tensor([21, 26, 25]))
+    with pytest.raises(ValueError, match=r"\(\.\.\., F, 2\)"):
+        vocab.code_ids(torch.tensor([[3, 0, 1]]))  # three codebooks to a frame
+    with pytest.raises(ValueError, match="codebook q must be from 0 to 1"):
+        vocab.code_range(2)
+    with pytest.raises(ValueError, match="codebooks must be"):
+        viola.SoundVocabulary(KEYS, 8, codebooks=0)
+    ids, targets = viola.task_sequence(vocab, "synthesise", codes[0], "5")
+    assert ids == [1, 5, 13, 3, 21, 26, 25, 31] and targets == [-100, -100, -100, 21, 26, 25, 31, -100]
+    with pytest.raises(ValueError, match=r"\(F, 2\)"):
+        viola.task_sequence(vocab, "recognise", codes[0, :, 0], "5")
+
+
+def test_synthesise_writes_each_position_from_its_own_codebook():
+    vocab = viola.SoundVocabulary(KEYS, 8, codebooks=2)
+
+    class FirstBookFan(_Scripted):
+        def forward(self, ids, caches=None):
+            logits = torch.zeros(*ids.shape, self.size)
+            logits[..., 20] = 9  # codebook 1's code 2, likeliest everywhere
+            logits[..., 30] = 3  # codebook 2's code 4
+            return logits
+
+    written = viola.synthesise(FirstBookFan(vocab.size), vocab, ["1", "23"], frames=3, temperature=0)
+    assert written.shape == (2, 3, 2)  # (B, frames, Q)
+    assert written[..., 0].eq(2).all() and written[..., 1].eq(4).all()  # never codebook 1's id in codebook 2's place
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(vocab_size=vocab.size, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=32).eval()
+    greedy = viola.synthesise(model, vocab, ["23"], frames=3, temperature=0)
+    seq = [vocab.bos_id, vocab.task_id("synthesise"), *vocab.key_ids("23"), vocab.sep_id]
+    with torch.no_grad():
+        for position, id_ in enumerate(vocab.code_ids(greedy[0]).tolist()):
+            allowed = vocab.code_range(position % 2)
+            logits = model(torch.tensor([seq]))[0, -1, allowed.start : allowed.stop]
+            assert id_ == allowed.start + int(logits.argmax())
+            seq.append(id_)
+    sampled = viola.synthesise(model, vocab, ["1", "23"], frames=5, generator=torch.Generator().manual_seed(3))
+    assert sampled.shape == (2, 5, 2) and sampled.min() >= 0 and sampled.max() < 8
+
+
+def test_recognise_reads_interleaved_codes():
+    vocab = viola.SoundVocabulary(KEYS, 8, codebooks=2)
+    seen = []
+
+    class Script(_Scripted):
+        def forward(self, ids, caches=None):
+            seen.append(ids.shape[1])
+            logits = torch.zeros(*ids.shape, self.size)
+            logits[ids == vocab.sep_id, 13] = 5  # after <sep>: '5'
+            logits[ids == 13, vocab.eos_id] = 5
+            return logits
+
+    assert viola.recognise(Script(vocab.size), vocab, torch.zeros(1, 3, 2, dtype=torch.long)) == ["5"]
+    assert seen[0] == 2 + 3 * 2 + 1  # <bos> <recognise>, 3 frames of 2 codes, <sep>
+
+
 def _filler(codes=8, quantizers=3, seed=0):
     torch.manual_seed(seed)
     config = tl.TransformerConfig(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0, max_len=12,
@@ -175,3 +242,36 @@ def test_the_filler_loss_draws_a_codebook_and_fill_writes_them_in_turn():
         assert torch.equal(filled[..., j - 1], expected)
     with pytest.raises(ValueError, match="must hold all 3 codebooks"):
         viola.filler_loss(model, texts, codes[..., :2])
+
+
+@pytest.mark.slow  # 300 clips at 16 kHz, three times: make test runs it, make check does not
+def test_the_held_out_clips_are_chapter_16s_on_either_line_at_any_rate():
+    from transformer_lib import recipes, speech
+
+    quiet, texts = recipes.viola_test("quiet", recipes.CODEC_RATE)
+    noisy, same = recipes.viola_test("noisy")
+    assert quiet.shape == (300, 4000) and noisy.shape == (300, 16000)
+    assert texts == same == recipes.touch_tone_test()[1]
+    assert torch.equal(noisy, recipes.touch_tone_test()[0])  # the noisy line is chapter 16's test set itself
+    clean = speech.touch_tone_clips(300, seed=recipes._SPEECH_TEST[1], snr_db=None)[0][:, ::4]  # (300, 4000)
+    snr = 10 * torch.log10(clean.pow(2).mean(1) / (quiet - clean).pow(2).mean(1))  # (300,): each clip's line
+    assert 29.5 < float(snr.min()) and float(snr.max()) < 40.5  # decimated noise keeps its power
+    with pytest.raises(ValueError, match="line must be one of"):
+        recipes.viola_test("loud")
+    with pytest.raises(ValueError, match="sampling_rate must be 16000, 8000 or 4000"):
+        recipes.viola_test("quiet", 5000)
+
+
+@pytest.mark.slow  # a few seconds: make test runs it, make check does not
+def test_the_shipped_viola_recognises_and_speaks_as_its_checkpoint_recorded():
+    from transformer_lib import recipes
+
+    model, meta = tl.load_checkpoint("touch_tone_viola")
+    codec, _ = tl.load_checkpoint("touch_tone_codec")
+    assert model.config.vocab_size == recipes.viola_vocabulary().size == 146
+    scores, recorded = recipes.viola_scores(model, codec), meta["evals"][-1]
+    assert scores["recognised"] == pytest.approx(recorded["recognised"], abs=3 / 64)
+    # sampling: a rounding difference on another CPU can change one draw, and the rest of that clip with it
+    assert scores["read back, sampled"] == pytest.approx(recorded["read back, sampled"], abs=0.1)
+    assert scores["recognised"] >= 0.85 and scores["read back, sampled"] >= 0.45
+    assert scores["read back, greedy"] <= 0.1  # greedy writing repeats itself: the chapter's point
