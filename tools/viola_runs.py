@@ -17,7 +17,7 @@ clip, 1 where the keys came out exactly:
 - "synthesis": per temperature of recipes.SYNTHESIS_TEMPERATURES, for sampling seeds 0, 1 and 2 (one run at
   temperature 0, which draws nothing), VioLA's synthesis for each clip's keys, decoded by the codec and read back by
   the Goertzel decoder;
-- "codec": the quiet clips' true codes decoded from 1 to 4 codebooks and read back (the bound on synthesis);
+- "codec": the quiet clips' true codes decoded from 1 to 4 codebooks and read back (what synthesis is set beside);
 - "onsets" and "keys read": for the true first two codebooks, greedy synthesis ("0") and sampling seed 0 at
   temperature 1 ("1"), where each clip's sound starts (ms) and how many keys the Goertzel decoder reads in it;
 

@@ -1175,7 +1175,7 @@ def train_touch_tone_viola(
 ) -> History:
     """Train a VioLA on both tasks at once with `fit` (AdamW at 1e-3, 100 warm-up steps, cosine decay, clipping at
     1): `viola_batches` of `codec`'s codes from the stream seed + 1. History.evals holds `viola_scores` at a third,
-    two thirds and the end (with evaluate=True). Seed 0's 6,000 steps took 41 minutes on one laptop core."""
+    two thirds and the end (with evaluate=True). Seed 0's 6,000 steps took 41 minutes on one CPU core."""
     codec.eval()
     return fit(
         model,
