@@ -81,6 +81,7 @@ def test_bert_gets_the_count_of_masks_asked_and_bart_one_mask():
         recipes.bert_gap_fills(bert, cases, masks=0)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_finetune_punctuation_refuses_a_bad_budget_and_repeats_itself_for_a_seed():
     for budget in (0, True, 10**9):
         with pytest.raises(ValueError, match="budget must be an int"):
@@ -91,6 +92,7 @@ def test_finetune_punctuation_refuses_a_bad_budget_and_repeats_itself_for_a_seed
     assert scored["first_losses"] == again["first_losses"]
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_bart_recipe_repeats_its_first_steps_with_or_without_its_scores():
     model, scored, _ = recipes.RECIPES["plays_bart"](steps=2)
     _, again, _ = recipes.RECIPES["plays_bart"](steps=2, evaluate=False)

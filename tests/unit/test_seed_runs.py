@@ -50,6 +50,7 @@ def _tool():
     return seed_runs
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_tool_records_every_seed_of_every_run_keeps_what_it_has_and_refuses_unknown_runs(
     tmp_path, monkeypatch, capsys
 ):

@@ -58,6 +58,7 @@ def test_the_greedy_text_is_the_targets_whatever_the_draft(k):
     assert 0 < counts["acceptance"] < 1 and counts["rounds"] < 20  # the near draft: kept in part, fewer passes
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_the_samples_follow_the_targets_distribution():
     """1,000 texts of two tokens from a vocabulary of 4: the 16 pairs' counts against the target's exact chances by
     a chi-square test. The test fails below p = 0.001 (its false-alarm rate); the seed is fixed, so it never flakes.

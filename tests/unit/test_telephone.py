@@ -71,6 +71,7 @@ def test_the_ctc_model_takes_the_pretrained_network_as_a_copy_under_a_fresh_head
     assert not torch.equal(scratch.wav2vec2.projection.weight, fine.wav2vec2.projection.weight)
 
 
+@pytest.mark.slow  # over a second: make test runs it, make check does not
 def test_finetune_ctc_refuses_a_bad_budget_and_repeats_itself_for_a_seed():
     for bad in (0, 513, 2.5, True):
         with pytest.raises(ValueError, match="budget"):
