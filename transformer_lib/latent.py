@@ -37,7 +37,7 @@ from .layers import FeedForward, RMSNorm
 from .masks import causal_mask
 from .positional import rotary_tables, turn
 
-__all__ = ["MultiHeadLatentAttention", "LatentLayer", "LatentLM", "kv_values_per_token"]
+__all__ = ["MultiHeadLatentAttention", "LatentLayer", "LatentLM", "kv_values_per_token", "kv_fields"]
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -231,3 +231,24 @@ def kv_values_per_token(config: Mapping[str, int]) -> int:
     if "kv_rank" in config:
         return config["num_layers"] * (config["kv_rank"] + config["rope_dim"])
     return config["num_layers"] * 2 * config["num_kv_heads"] * config["head_dim"]
+
+
+def kv_fields(config) -> dict[str, int]:
+    """A `transformers` configuration (any object with its fields) -> the fields `kv_values_per_token` reads:
+    {"num_layers", "kv_rank", "rope_dim"} for multi-head latent attention (a `kv_lora_rank`, as DeepSeek-V2 and V3
+    have), else {"num_layers", "num_kv_heads", "head_dim"}.
+
+    The heads that cache keys and values are `num_key_value_heads` where the configuration has it (GQA; all heads
+    when it is unset). Falcon names them its own way: with `new_decoder_architecture` its `num_kv_heads`, otherwise
+    one head when `multi_query` (Falcon-7B, whose `num_kv_heads` field still says 71), else every head. The head's
+    width is `head_dim` where given, else hidden_size / num_attention_heads."""
+    layers = config.num_hidden_layers
+    if getattr(config, "kv_lora_rank", None):
+        return {"num_layers": layers, "kv_rank": config.kv_lora_rank, "rope_dim": config.qk_rope_head_dim}
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if getattr(config, "model_type", "") == "falcon":
+        kv_heads = config.num_kv_heads if config.new_decoder_architecture else 1 if config.multi_query else heads
+    else:
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return {"num_layers": layers, "num_kv_heads": kv_heads, "head_dim": head_dim}

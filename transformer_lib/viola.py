@@ -11,11 +11,12 @@ Here the "text" is the keys of a touch-tone clip and the codec is chapter 19's (
 A `SoundVocabulary` lays out one id space: the specials, two task tokens, the twelve keys and the codes of the
 first `codebooks` codebooks, each codebook its own block of ids. With more than one codebook, a clip's codes are
 interleaved frame by frame (codebook 1 of frame 1, codebook 2 of frame 1, codebook 1 of frame 2, ...), so one
-decoder writes them all in turn: the "flattened" layout of AudioLM's coarse acoustic stage and of MusicGen. A
-recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>; a synthesis
-sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same number of
-frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise` reads keys back
-greedily, and `synthesise` samples codes, at each position from the ids of the codebook that position holds.
+decoder writes them all in turn: the "flattened" layout of AudioLM's coarse acoustic stage, one of those MusicGen
+compares. A recognition sequence is <bos> <recognise> codes... <sep> keys... <eos>, trained on the keys and <eos>;
+a synthesis sequence is <bos> <synthesise> keys... <sep> codes..., trained on the codes (every clip has the same
+number of frames, so the model writes exactly that many). `task_batch` builds both with their targets, `recognise`
+reads keys back greedily, and `synthesise` samples codes, at each position from the ids of the codebook that
+position holds.
 
 `CodebookFiller` is VALL-E's second stage at this size: a bidirectional encoder that reads the keys and, for every
 frame at once, the sum of the embeddings of codebooks 1 to j - 1, told which j it is writing, and predicts

@@ -6,7 +6,7 @@ import torch
 import transformers
 
 import transformer_lib as tl
-from transformer_lib.latent import LatentLM, MultiHeadLatentAttention, kv_values_per_token
+from transformer_lib.latent import LatentLM, MultiHeadLatentAttention, kv_fields, kv_values_per_token
 
 SHAPE = dict(kv_rank=10, nope_dim=6, rope_dim=4, v_dim=5)  # odd sizes: 3 heads, values of 5, a latent of 10
 
@@ -111,3 +111,54 @@ def test_clear_errors():
     model = LatentLM(vocab_size=50, d_model=24, num_heads=3, num_layers=2, d_ff=32, **SHAPE)
     with pytest.raises(ValueError, match=r"one KVCache per layer \(2\), got 1"):
         model(IDS, model.new_cache()[:1])
+
+
+def _hf_cache_values_per_token(model, ids):
+    """Numbers transformers' own cache holds per token, all layers, after a forward pass over ids (B, T)."""
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+    held = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers)
+    return held / ids.numel()
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gpt2", "falcon-mqa", "falcon-new", "falcon-mha", "qwen3"])
+def test_kv_fields_count_what_transformers_own_caches_hold(family):
+    """The formula on each family's configuration against the cache that family's own code fills, on small random
+    models: GQA, MHA and MQA, and Falcon's three ways of naming its key-value heads. Falcon's newer architecture is
+    the exception: transformers broadcasts its keys and values to every query head before caching them, so its cache
+    holds num_heads / num_kv_heads times what the model needs, which the formula counts."""
+    small = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4)
+    config = {
+        "llama": lambda: transformers.LlamaConfig(**small, num_key_value_heads=2, intermediate_size=64),
+        "mistral": lambda: transformers.MistralConfig(**small, num_key_value_heads=1, intermediate_size=64),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=3, n_head=4),
+        "falcon-mqa": lambda: transformers.FalconConfig(**small, multi_query=True, num_kv_heads=4),
+        "falcon-new": lambda: transformers.FalconConfig(**small, new_decoder_architecture=True, num_kv_heads=2),
+        "falcon-mha": lambda: transformers.FalconConfig(**small, multi_query=False),
+        "qwen3": lambda: transformers.Qwen3Config(**small, num_key_value_heads=2, head_dim=16, intermediate_size=64),
+    }[family]()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(64, (2, 5))
+    broadcast = config.num_attention_heads // config.num_kv_heads if family == "falcon-new" else 1  # 4 // 2 = 2
+    assert _hf_cache_values_per_token(model, ids) == broadcast * kv_values_per_token(kv_fields(config))
+
+
+def test_kv_fields_on_published_configurations():
+    """transformers' default configurations are published models': LLaMA-7B (MHA), Mistral-7B (GQA), Falcon-7B
+    (MQA) and DeepSeek-V3 (MLA); numbers per token in bfloat16 bytes."""
+    per_token = {
+        name: 2 * kv_values_per_token(kv_fields(config()))
+        for name, config in {
+            "llama": transformers.LlamaConfig,
+            "mistral": transformers.MistralConfig,
+            "falcon": transformers.FalconConfig,
+            "deepseek_v3": transformers.DeepseekV3Config,
+        }.items()
+    }
+    assert per_token == {
+        "llama": 2 * 32 * 2 * 32 * 128,  # 32 layers, keys and values, 32 heads of 128: 512 KiB
+        "mistral": 2 * 32 * 2 * 8 * 128,  # 8 key-value heads: 128 KiB
+        "falcon": 2 * 32 * 2 * 1 * 64,  # one key-value head of 64: 8 KiB
+        "deepseek_v3": 2 * 61 * (512 + 64),  # a latent of 512 and a rotary key of 64 per layer: about 69 KiB
+    }
