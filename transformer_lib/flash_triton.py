@@ -16,9 +16,9 @@ Triton compiles for NVIDIA (and AMD) GPUs. On a CPU it runs the same kernels in 
 at a time in NumPy, when the environment variable TRITON_INTERPRET=1 is set before `triton` is first imported: slow,
 but the same code, checked the same way. Triton is an optional dependency (the `triton` extra, about 1 GB):
 `available()` says whether it can run here, and `flash_attention_triton` raises a clear error where it cannot.
-float32 and float64 only; on a GPU `tl.dot` is asked for IEEE float32 (no TF32), so the results match
-`F.scaled_dot_product_attention` to float32's rounding. `tests/unit/test_flash_triton.py` checks values and
-gradients, causal or not, at lengths that are no multiple of a tile.
+float32 and float64 only; `tl.dot` is asked for IEEE float32, so that a GPU would not round float32 to TF32. So
+far the kernels have run only in the interpreter, never compiled on a GPU. `tests/unit/test_flash_triton.py`
+checks values and gradients, causal or not, at lengths that are no multiple of a tile.
 """
 
 from __future__ import annotations
