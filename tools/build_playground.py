@@ -18,7 +18,9 @@ the pages' own JavaScript and their defaults.json):
                     (plays_bert.onnx: the page "Fill in the blank"), chapter 16's Vision Transformer
                     (digits_vit.onnx: the page "Draw a digit") and chapter 17's base, SFT and GRPO models as step
                     models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt"),
-                    and chapter 18's BART (plays_bart.onnx: the page "Mend the line")
+                    chapter 18's BART (plays_bart.onnx: the page "Mend the line"), and chapter 19's VioLA as a
+                    step model and its codec's decoder (hear_keys_viola_step.onnx, hear_keys_codec.onnx: the page
+                    "Hear the keys")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
                         head that tracks partners, the patterns that split a line into BERT's words,
                         the held-out digits the ViT's page can load, and each model's int8 trial ("int8")
@@ -29,10 +31,13 @@ the pages' own JavaScript and their defaults.json):
                     five likeliest words at a line's blank with the attention from the blank, and the
                     ViT's ten probabilities on drawn digits with its class token's attention, and the three chat
                     models' greedy answers (ids and text) to fixed user lines, with the right answer by program,
-                    and BART's beam-search candidates on lines with a gap, at every beam width the page offers
+                    BART's beam-search candidates on lines with a gap, at every beam width the page offers, and
+                    VioLA's codes for fixed keys, temperatures and seeds (sampled with the page's own seeded
+                    numbers), the codec's waveform of them, the Goertzel decoder's reading and one spectrogram
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside and ablation for one page, fill_blank, draw_digit, assistant with three models, and mend_line); what
+brackets, inside and ablation for one page, fill_blank, draw_digit, assistant with three models, mend_line, and
+hear_keys with two); what
 they share is playground_build/common.py: the pages' defaults, which the build reads from
 book/_static/playground/defaults.json as the pages do, the check of every file against PyTorch in onnxruntime before
 it is written out (a step model's call by call), the greedy decoding of the step models, and the int8 trial that
@@ -55,6 +60,7 @@ from playground_build import (
     brackets,
     draw_digit,
     fill_blank,
+    hear_keys,
     inside,
     language_model,
     masks,
@@ -105,10 +111,13 @@ def main() -> int:
     assistants, expected["assistant"] = assistant.build(models)  # three models for one page, one file each
     meta["mend_line"], expected["mend_line"] = mend_line.build(models)
     meta.update(assistants)
+    voices, expected["hear_keys"] = hear_keys.build(models)  # two files for one page: VioLA and the codec's decoder
+    meta.update(voices)
     keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "inside_ablation"]
     keys += ["fill_blank", "draw_digit"]
     keys += list(assistants)
     keys += ["mend_line"]
+    keys += list(voices)
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)
@@ -116,6 +125,10 @@ def main() -> int:
     (args.out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1))
     for key in keys:
         m, t = meta[key], meta[key]["int8"]
+        if "not_tried" in t:
+            print(f"{m['file']}: {m['bytes'] / 1e6:.2f} MB, at most {m['gap']:.1e} from PyTorch; int8 not tried "
+                  f"({t['not_tried']})")  # fmt: skip
+            continue
         print(
             f"{m['file']}: {m['bytes'] / 1e6:.2f} MB, at most {m['gap']:.1e} from PyTorch; int8 "
             f"{t['int8_bytes'] / 1e6:.2f} MB against fp32 {t['fp32_bytes'] / 1e6:.2f} MB, {t['agree']} of "
@@ -123,7 +136,7 @@ def main() -> int:
         )
     print(
         f"models: {sum(meta[k]['bytes'] for k in keys) / 1e6:.2f} MB shipped, fp32 all: "
-        f"{sum(meta[k]['int8']['fp32_bytes'] for k in keys) / 1e6:.2f} MB"
+        f"{sum(meta[k]['int8'].get('fp32_bytes', meta[k]['bytes']) for k in keys) / 1e6:.2f} MB"
     )
     b = meta["bracket_classifier"]["partner"]
     print(

@@ -236,14 +236,28 @@ def synthesise(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Write `frames` frames of codes for each text: (B, frames) codes in [0, vocab.codes) with one codebook,
     (B, frames, Q) with vocab.codebooks = Q, written in `code_ids`' interleaved order. Each step samples from the
     model's distribution over the codes of the codebook that position holds (every other id masked out), at
     `temperature` (0: greedy), from the top_k likeliest when given. Texts of different lengths are run one length
-    at a time. generator: a torch.Generator on the model's device."""
+    at a time. generator: a torch.Generator on the model's device.
+
+    uniforms: (B, frames * Q) numbers in [0, 1), one per text and position, to sample with instead of the
+    generator, by the inverse of the distribution's cumulative sum: the first code whose cumulative probability
+    exceeds the number (the last code with any probability when rounding leaves the sum below it). A web page
+    that draws the same numbers from the same seeded stream writes the same codes (the "Hear the keys" page)."""
     if not (isinstance(temperature, (int, float)) and temperature >= 0):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if uniforms is not None:
+        if not isinstance(uniforms, torch.Tensor) or not uniforms.is_floating_point():
+            raise TypeError(f"uniforms must be a float tensor (B, frames * Q), got {type(uniforms).__name__}")
+        want = (len(texts), frames * vocab.codebooks)
+        if tuple(uniforms.shape) != want:
+            raise ValueError(f"uniforms must be one number per text and position, {want}, got {tuple(uniforms.shape)}")
+        if uniforms.numel() and not ((uniforms >= 0) & (uniforms < 1)).all():
+            raise ValueError("uniforms must lie in [0, 1)")
     if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= vocab.codes):
         raise ValueError(f"top_k must be None or an int from 1 to the codebook's size {vocab.codes}, got {top_k!r}")
     was_training = model.training
@@ -269,12 +283,25 @@ def synthesise(
                 if top_k is not None:
                     kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (b, 1)
                     scores = scores.masked_fill(scores < kth, float("-inf"))
-                code = torch.multinomial(scores.softmax(-1), 1, generator=generator)  # (b, 1)
+                probs = scores.softmax(-1)  # (b, codes)
+                if uniforms is None:
+                    code = torch.multinomial(probs, 1, generator=generator)  # (b, 1)
+                else:
+                    code = _inverse_cdf(probs, uniforms[rows, position].to(probs))  # (b, 1)
             written.append(code + ids.start)
             logits = _step(model, written[-1], caches)
         out[rows] = torch.cat(written, dim=1).cpu()
     model.train(was_training)
     return vocab.codes_of(out)
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """probs (b, K) rows summing to 1, u (b,) in [0, 1) -> (b, 1): the first index whose cumulative probability
+    exceeds u; where rounding leaves the whole sum at or below u, the last index with any probability."""
+    cdf = probs.cumsum(-1)  # (b, K)
+    chosen = torch.searchsorted(cdf, u[:, None], right=True)  # (b, 1): how many sums are <= u
+    last = (probs > 0).long().cumsum(-1).argmax(-1, keepdim=True)  # (b, 1): the last index with any probability
+    return torch.minimum(chosen, last)
 
 
 # ---- VALL-E's second stage: the other codebooks, all frames at once ------------------------------------------------

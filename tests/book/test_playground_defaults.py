@@ -23,6 +23,7 @@ from playground_build import (
     common,
     draw_digit,
     fill_blank,
+    hear_keys,
     inside,
     language_model,
     masks,
@@ -35,7 +36,7 @@ DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
 MODULES = [numbers_to_words, language_model, masks, brackets, inside, ablation, fill_blank, draw_digit, assistant]
-MODULES += [mend_line]  # after fill_blank, whose patterns it reads
+MODULES += [mend_line, hear_keys]  # mend_line after fill_blank, whose patterns it reads
 
 
 def _defaults() -> dict:
@@ -57,12 +58,14 @@ def _build_inputs() -> dict:
         "digit": draw_digit.EXAMPLE,
         "assistant": (assistant.EXAMPLES[0], assistant.LINES[0]),
         "mend": (mend_line.LINES["default"], mend_line.PAGE["mend-beam"]),
+        "hear": (hear_keys.DEFAULT, hear_keys.CASES[0]),
     }
 
 
 def _expected_inputs(d: dict) -> dict:
     """What the build must record answers for, given the defaults file's content `d`."""
-    lm, m = d["language_model"], d["masks"]
+    lm, m, h = d["language_model"], d["masks"], d["hear_keys"]
+    hear = (h["hear-keys"], float(h["hear-temperature"]), h["hear-seed"])
     return {
         "numbers": d["numbers"]["numbers-input"],
         "prompt": (lm["lm-prompt"], lm["lm-length"]),
@@ -82,6 +85,7 @@ def _expected_inputs(d: dict) -> dict:
         "digit": d["draw_digit"]["draw-example"],
         "assistant": (d["assistant"]["assistant-line"], d["assistant"]["assistant-line"]),
         "mend": (d["mend_line"]["mend-text"], d["mend_line"]["mend-beam"]),
+        "hear": (hear, hear),  # the default case is the first one recorded
     }
 
 
@@ -106,6 +110,7 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["draw_digit"]["draw-example"] = "7"
     d["assistant"]["assistant-line"] = "shout sweet"
     d["mend_line"].update({"mend-text": "Come, ___ me your hand.", "mend-beam": "2"})
+    d["hear_keys"].update({"hear-keys": "911", "hear-temperature": "0.8", "hear-seed": 3})
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -208,6 +213,13 @@ def _masks_quote(m: dict) -> str:
         ("assistant", lambda d: f"**The line the page opens with**, `{d['assistant']['assistant-line']}`."),
         ("mend_line", lambda d: f"**The line the page opens with**, `{d['mend_line']['mend-text']}`,"),
         ("mend_line", lambda d: f"With a beam of {d['mend_line']['mend-beam']} the best line"),
+        (
+            "hear_keys",
+            lambda d: (
+                f"**The keys the page opens with**, `{d['hear_keys']['hear-keys']}` at temperature "
+                f"{d['hear_keys']['hear-temperature']} and seed {d['hear_keys']['hear-seed']}."
+            ),
+        ),
     ],
 )
 def test_the_prose_quotes_the_defaults(page, quote):

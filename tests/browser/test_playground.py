@@ -37,6 +37,9 @@ PAGES = {
     "assistant_sft": "assistant",
     "assistant_grpo": "assistant",
     "mend_line": "mend_line",  # its own answers, messages and keyboard use: test_mend_line.py
+    # the model and the codec's decoder on one page; its clips, messages, keyboard use and sound: test_hear_keys.py
+    "hear_keys_viola": "hear_keys",
+    "hear_keys_codec": "hear_keys",
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -520,10 +523,17 @@ def test_the_prose_quotes_pytorchs_answers_on_the_pages_defaults(expected):
 def test_int8_files_ship_only_where_every_answer_agreed_with_pytorch(meta):
     """meta.json's int8 trial per model (tools/build_playground.py): the page's file is the int8 one exactly where all
     its answers on the build's fixed inputs were PyTorch fp32's; the sizes are the files'; only shipped files are in
-    the site. The counts are printed at the end of the run (conftest.py)."""
+    the site. The counts are printed at the end of the run (conftest.py). A file with no matrix product (the codec's
+    decoder: convolutions and a lookup) is not tried, ships in fp32 and says why."""
     shipped = set()
     for key in PAGES:
         m, trial = meta[key], meta[key]["int8"]
+        if "not_tried" in trial:
+            assert trial == {"shipped": "fp32", "not_tried": trial["not_tried"]}
+            assert not m["file"].endswith(".int8.onnx")
+            assert key == "hear_keys_codec", f"{key}: only the codec's decoder has no matrix product to quantize"
+            shipped.add(m["file"])
+            continue
         assert trial["inputs"] >= 50 and 0 <= trial["agree"] <= trial["inputs"], trial
         assert (trial["shipped"] == "int8") == (trial["agree"] == trial["inputs"]), f"{key}: {trial}"
         assert m["file"].endswith(".int8.onnx") == (trial["shipped"] == "int8"), m["file"]
@@ -546,6 +556,8 @@ STATUS = {
     "assistant_sft": "#assistant-status",
     "assistant_grpo": "#assistant-status",
     "mend_line": "#mend-status",
+    "hear_keys_viola": "#hear-status",
+    "hear_keys_codec": "#hear-status",
 }
 # Another page's model: onnxruntime loads it, but the page cannot run it (other inputs than the page feeds)
 WRONG_MODEL = {
@@ -561,6 +573,8 @@ WRONG_MODEL = {
     "assistant_sft": "numbers_to_words",
     "assistant_grpo": "numbers_to_words",
     "mend_line": "fill_blank",  # the numbers model has src and tgt too, and would run
+    "hear_keys_viola": "numbers_to_words",
+    "hear_keys_codec": "numbers_to_words",
 }
 
 

@@ -275,3 +275,40 @@ def test_the_shipped_viola_recognises_and_speaks_as_its_checkpoint_recorded():
     assert scores["read back, sampled"] == pytest.approx(recorded["read back, sampled"], abs=0.1)
     assert scores["recognised"] >= 0.85 and scores["read back, sampled"] >= 0.45
     assert scores["read back, greedy"] <= 0.1  # greedy writing repeats itself: the chapter's point
+
+
+def test_synthesise_with_uniforms_samples_by_the_inverse_cdf_of_each_codebooks_distribution():
+    """With `uniforms`, each code is the first whose cumulative probability (the softmax over its position's
+    codebook, at the temperature) exceeds that position's number: checked step by step against the model's own
+    logits, and at the boundaries of the first step's distribution, where a hair's difference picks the next code."""
+    vocab = viola.SoundVocabulary(KEYS, 8, codebooks=2)
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(vocab_size=vocab.size, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=32).eval()
+    u = torch.rand(1, 3 * 2, generator=torch.Generator().manual_seed(4))  # (1, frames * Q)
+    written = viola.synthesise(model, vocab, ["23"], frames=3, temperature=0.7, uniforms=u)  # (1, 3, 2)
+    seq = [vocab.bos_id, vocab.task_id("synthesise"), *vocab.key_ids("23"), vocab.sep_id]
+    with torch.no_grad():
+        for position, code in enumerate(written[0].flatten().tolist()):
+            ids = vocab.code_range(position % 2)
+            probs = (model(torch.tensor([seq]))[0, -1, ids.start : ids.stop] / 0.7).double().softmax(-1)  # (8,)
+            cdf = probs.cumsum(0)
+            assert code == int((cdf <= u[0, position]).sum())  # the first code whose sum exceeds u
+            seq.append(code + ids.start)
+    # at the first step's boundaries: just below cdf[k] gives code k, just above gives code k + 1
+    prefix = torch.tensor([[vocab.bos_id, vocab.task_id("synthesise"), *vocab.key_ids("23"), vocab.sep_id]])
+    with torch.no_grad():
+        cdf = model(prefix)[0, -1, vocab.code_range(0).start : vocab.code_range(0).stop].softmax(-1).cumsum(0)
+    for k in (0, 3, 6):
+        for shift, want in ((-1e-4, k), (1e-4, k + 1)):
+            first = torch.full((1, 2), 0.5)
+            first[0, 0] = float(cdf[k]) + shift
+            assert int(viola.synthesise(model, vocab, ["23"], frames=1, uniforms=first)[0, 0, 0]) == want
+    # a number the rounded sum never reaches still gives a code: the last one with any probability
+    beyond = torch.full((1, 2), 1 - 1e-12, dtype=torch.float64)  # 1.0 once in float32, above every rounded sum
+    assert int(viola.synthesise(model, vocab, ["23"], frames=1, uniforms=beyond)[0, 0, 0]) == 7
+    with pytest.raises(ValueError, match=r"one number per text and position, \(1, 6\), got \(1, 5\)"):
+        viola.synthesise(model, vocab, ["23"], frames=3, uniforms=torch.rand(1, 5))
+    with pytest.raises(ValueError, match=r"uniforms must lie in \[0, 1\)"):
+        viola.synthesise(model, vocab, ["23"], frames=1, uniforms=torch.ones(1, 2))
+    with pytest.raises(TypeError, match="uniforms must be a float tensor"):
+        viola.synthesise(model, vocab, ["23"], frames=1, uniforms=torch.zeros(1, 2, dtype=torch.long))

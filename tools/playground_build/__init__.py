@@ -12,8 +12,10 @@
     draw_digit        the draw-a-digit page: chapter 16's ViT, its probabilities and its class token's attention
     assistant         the three-models page: chapter 17's base, SFT and GRPO models, step models with a KV cache
     mend_line         the mend-the-line page: chapter 18's BART, its beam search's candidates for a line with a gap
+    hear_keys         the hear-the-keys page: chapter 19's VioLA as a step model and its codec's decoder, sampled with
+                      the pages' seeded numbers, and the Goertzel reading of the sound
 
 Each model's module has a `build(models)` that writes its ONNX file into the folder `models` and returns its entry
 of meta.json and of expected.json (the brackets' also the int8 file's own answers, or None; the assistant's writes
-three files and returns an entry of meta.json for each).
+three files and hear_keys two, and each returns an entry of meta.json for each).
 """

@@ -185,6 +185,19 @@ def try_int8(path: Path, rule: str, inputs: list, reference: list, answer) -> tu
     return (int8 if ship else path), trial
 
 
+def mulberry32(seed: int):
+    """The pages' seeded generator (mulberry32 in playground.js), number for number: seed -> an endless iterator of
+    floats in [0, 1). With it the build draws what the pages draw: the inside page's repeated random string, and
+    the numbers the hear-the-keys page samples its codes with."""
+    m = 0xFFFFFFFF
+    a = seed & m
+    while True:
+        a = (a + 0x6D2B79F5) & m
+        t = ((a ^ (a >> 15)) * (1 | a)) & m
+        t = ((t + (((t ^ (t >> 7)) * (61 | t)) & m)) & m) ^ t
+        yield ((t ^ (t >> 14)) & m) / 4294967296
+
+
 def corpus_texts(val: torch.Tensor, count: int, length: int) -> list[list[int]]:
     """`count` pieces of `length` token ids, evenly spaced through the validation text `val` (M,): the int8
     trial's inputs beyond the browser tests' own."""

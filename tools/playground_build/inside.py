@@ -20,7 +20,7 @@ import transformer_lib as tl
 from transformer_lib import recipes
 from transformer_lib.export import export_lens, lens_model
 
-from .common import AGREEMENT, check_session, corpus_texts, page_defaults, specials, try_int8
+from .common import AGREEMENT, check_session, corpus_texts, mulberry32, page_defaults, specials, try_int8
 
 PAGE = page_defaults("inside")  # the form's starting values: {"inside-text": "To be, ...", "inside-seed": 0}
 VERSE = PAGE["inside-text"]  # the page's default text
@@ -29,18 +29,6 @@ RANDOM = {
     "block": 24,
 }  # "Repeated random string": 24 characters drawn with the seed, twice
 LENS_TOP = 3  # the inside page shows the lens's three likeliest next characters
-
-
-def mulberry32(seed: int):
-    """The pages' seeded generator (mulberry32 in playground.js), number for number: seed -> an endless iterator of
-    floats in [0, 1). With it the build draws the same repeated random string as the inside page's button."""
-    m = 0xFFFFFFFF
-    a = seed & m
-    while True:
-        a = (a + 0x6D2B79F5) & m
-        t = ((a ^ (a >> 15)) * (1 | a)) & m
-        t = ((t + (((t ^ (t >> 7)) * (61 | t)) & m)) & m) ^ t
-        yield ((t ^ (t >> 14)) & m) / 4294967296
 
 
 def repeated_random(tok, seed: int, block: int) -> str:
