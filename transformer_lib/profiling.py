@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -54,6 +57,23 @@ def saved_tensor_bytes(fn: Callable[[], object]) -> int:
     return sum(storages.values())
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Within the block, what C++ writes to the process's stderr (file descriptor 2) goes nowhere: the profiler's
+    own logger writes two lines there for every profile on some builds ("profiler_start", "profiler_stop"), which
+    a notebook would show as output. Anything else written to fd 2 meanwhile is lost too (in a script, a warning
+    that fn() raises); an exception still propagates."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def peak_bytes(fn: Callable[[], object]) -> int:
     """The most CPU memory fn()'s tensors held at once, in bytes, counted from its first allocation: the peak of
     the running total of what each operation allocated and freed, as torch.profiler records it (every operation's
@@ -61,7 +81,7 @@ def peak_bytes(fn: Callable[[], object]) -> int:
     result fn() returns is. For CUDA, torch.cuda.max_memory_allocated measures the same on the GPU."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     total = peak = 0
     for event in sorted(prof.profiler.function_events, key=lambda e: e.time_range.start):  # in the order they ran

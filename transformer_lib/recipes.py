@@ -413,7 +413,13 @@ SHAKESPEARE_BLOCKS = {
     # "From 2017 to today, part two": the "gpt" block with a routed feed-forward block of 4 experts of
     # width 256, each token through 2 of them: 2 x 256 = 512 active units, as many as the dense d_ff.
     "moe": {"num_experts": 4, "experts_per_token": 2, "d_ff": 256},
+    # Chapter 20's draft models for speculative decoding: the "gpt" block, narrower and shallower (the target is the
+    # shipped "gpt" model, 4 layers of width 128, 818,113 weights; these have 19,009 and 112,513); same data, steps,
+    # rate and seed
+    "draft_tiny": {"d_model": 32, "num_heads": 2, "num_layers": 1, "d_ff": 128},
+    "draft_small": {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 256},
 }
+DRAFTS = ("draft_tiny", "draft_small")  # smallest first: the drafts chapter 20 checks the Shakespeare model with
 MOE_BALANCE = 0.01  # the load-balancing loss's coefficient in the "moe" recipe (pooled over layers)
 
 
@@ -1149,6 +1155,39 @@ def viola_runs_path() -> Path:
     from .checkpoints import CHECKPOINT_DIR
 
     return CHECKPOINT_DIR / "viola_runs.json"
+
+
+# Chapter 20's speculative decoding measured (tools/speculative_runs.py): each draft writes NEW_TOKENS characters
+# after each of PROMPTS prompts (PROMPT_LEN characters at evenly spaced places of the held-out play), with k draft
+# tokens per round, at temperature 1, for each sampling seed; the target is the shipped shakespeare_char
+SPECULATIVE = {"prompts": 16, "prompt_len": 16, "new_tokens": 48, "k": 4, "temperature": 1.0, "seeds": (0, 1, 2)}
+
+
+def speculative_prompts() -> list[torch.Tensor]:
+    """SPECULATIVE's prompts: the held-out play's characters at evenly spaced places, each (1, prompt_len)."""
+    _, _, held_out = shakespeare_data("char")
+    n, length = SPECULATIVE["prompts"], SPECULATIVE["prompt_len"]
+    starts = torch.linspace(0, len(held_out) - length - 1, n).long()
+    return [held_out[s : s + length][None] for s in starts]
+
+
+def speculative_runs_path() -> Path:
+    """Where chapter 20's speculative decoding measurements ship: transformer_lib/checkpoints/speculative_runs.json
+    (tools/speculative_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "speculative_runs.json"
+
+
+def load_speculative_runs(path: Path | None = None) -> dict:
+    """tools/speculative_runs.py's file: {"settings": SPECULATIVE, "runs": {draft: {"acceptance": [...], "tokens per
+    target pass": [...]}}, ...}, one number per (seed, prompt), seed by seed, so that the drafts pair run by run."""
+    import json
+
+    path = path or speculative_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no speculative decoding runs at {path}; run `python tools/speculative_runs.py`")
+    return json.loads(path.read_text())
 
 
 def load_viola_runs(path: Path | None = None) -> dict:
@@ -2233,6 +2272,8 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "touch_tones": _touch_tones,
     "shakespeare_moe": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe"),
     "shakespeare_moe_unbalanced": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "moe", 0.0),
+    "shakespeare_draft_tiny": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "draft_tiny"),
+    "shakespeare_draft_small": lambda steps=None, progress=False: _shakespeare("char", steps, progress, "draft_small"),
     "assistant_sft": _assistant_sft,
     "assistant_grpo": lambda steps=None, progress=False: _assistant_grpo(steps, progress)[:2] + ({},),
     "telephone_wav2vec2": _telephone_wav2vec2,

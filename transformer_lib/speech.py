@@ -59,6 +59,7 @@ __all__ = [
     "goertzel_power",
     "dft_power",
     "dtmf_decode",
+    "presses",
     "speech_config",
     "stem_frames",
     "ConvStem",
@@ -404,9 +405,10 @@ def dtmf_decode(
     `threshold` times the energy the two leave in the frame (white noise's power at any one frequency is about its
     energy in the frame), and each has `dominance` times the power of the runner-up of its group
     (a frame that cuts a tone short smears it over its neighbours). Consecutive frames that hold a key make one
-    press, read as its most frequent key; presses shorter than `min_frames` frames are dropped. Nothing is learned:
-    the four numbers were set by hand and checked on clips of another seed than the test clips'. The powers come
-    from `dft_power`, the matrix form of `goertzel_power` (the same numbers, faster in PyTorch than a loop).
+    press, read as its most frequent key (of a tie, the one heard first); presses shorter than `min_frames` frames
+    are dropped. Nothing is learned: the four numbers were set by hand and checked on clips of another seed than
+    the test clips'. The powers come from `dft_power`, the matrix form of `goertzel_power` (the same numbers,
+    faster in PyTorch than a loop).
     """
     for name, value in (("frame", frame), ("hop", hop), ("min_frames", min_frames)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -427,18 +429,23 @@ def dtmf_decode(
     holds = (row[..., 0] > threshold * rest) & (col[..., 0] > threshold * rest)  # both tones stand out of the rest
     holds &= (row[..., 0] > dominance * row[..., 1]) & (col[..., 0] > dominance * col[..., 1])  # one tone per group
     key = (row_key[..., 0] * 3 + col_key[..., 0]).masked_fill(~holds, -1).tolist()  # (B, frames): 3 r + c, or -1
-    texts = []
-    for clip in key:
-        pressed, run = [], []
-        for k in [*clip, -1]:  # a closing -1 ends the last press
-            if k >= 0:
-                run.append(k)
-                continue
-            if len(run) >= min_frames:
-                pressed.append(TOUCH_TONE_KEYS[max(set(run), key=run.count)])
-            run = []
-        texts.append("".join(pressed))
-    return texts
+    return [presses(clip, min_frames) for clip in key]
+
+
+def presses(frame_keys: Sequence[int], min_frames: int = 2) -> str:
+    """`dtmf_decode`'s last step: each frame's key (its index in TOUCH_TONE_KEYS, -1 where the frame holds none) ->
+    the keys pressed. Consecutive frames that hold a key make one press, read as its most frequent key, of a tie the
+    one heard first (so that a page's copy of the rule reads the same keys); presses shorter than `min_frames`
+    frames are dropped."""
+    pressed, run = [], []
+    for k in [*frame_keys, -1]:  # a closing -1 ends the last press
+        if k >= 0:
+            run.append(k)
+            continue
+        if len(run) >= min_frames:
+            pressed.append(TOUCH_TONE_KEYS[max(dict.fromkeys(run), key=run.count)])  # dict: in the order heard
+        run = []
+    return "".join(pressed)
 
 
 # ---- the model -----------------------------------------------------------------------------------

@@ -144,7 +144,7 @@ BAD = [
     ("hear-keys", "12a", "“a” is not on the keypad: the model speaks only its 12 keys, 1, 2, 3"),
     ("hear-keys", "1+2-", "“+” and “-” are not on the keypad"),
     ("hear-keys", "1234567", "7 keys are more than the 6 the model was trained to speak in its one second"),
-    ("hear-seed", "", "The seed must be a whole number from 0 to 4294967295, got “”."),
+    ("hear-seed", "", "The seed is empty or not a number: type a whole number from 0 to 4294967295."),
     ("hear-seed", "1.5", "The seed must be a whole number from 0 to 4294967295, got “1.5”."),
     ("hear-seed", "-3", "The seed must be a whole number from 0 to 4294967295, got “-3”."),
 ]
@@ -160,6 +160,7 @@ def test_bad_input_gets_a_message_and_the_page_keeps_working(page, site_url, exp
     assert page.text_content("#hear-read") == "" and page.text_content("#hear-codes") == ""
     assert page.text_content("#hear-status") == ""
     assert page.get_attribute("#hear-spectrogram", "aria-label") == "No spectrogram yet: nothing has been spoken."
+    assert page.is_hidden("#hear-judged")  # no empty "()" after the reading
     case = expected["cases"][0]
     _speak(page, case["keys"], case["temperature"], case["seed"])
     assert _assert_clip(page, case, meta)
@@ -185,7 +186,7 @@ def test_the_page_works_from_the_keyboard_and_plays_the_clip(page, site_url, exp
     page.wait_for_function("() => window.hearKeysPlayed !== undefined", timeout=10_000)
     played = page.evaluate("() => window.hearKeysPlayed")
     rate = meta["hear_keys_codec"]["sampling_rate"]
-    assert played == {"sampleRate": rate, "length": rate, "keys": case["keys"]}
+    assert played == {"sampleRate": 2 * rate, "length": 2 * rate, "keys": case["keys"]}  # doubled: 8 kHz plays anywhere
     assert page.text_content("#hear-status").startswith(f"Playing the second VioLA spoke for {case['keys']}")
     page.click("#hear-examples button[data-keys='2026']")
     page.wait_for_function("() => window.hearKeys.ids.length && document.getElementById('hear-keys').value === '2026'")

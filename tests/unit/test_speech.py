@@ -468,3 +468,14 @@ def test_the_shipped_touch_tone_model_and_its_seeds_hold_what_the_chapter_says()
     # seed 0 of the runs is the shipped checkpoint's recipe: the same first steps
     assert runs[0]["first_losses"] == pytest.approx(meta["first_losses"], abs=1e-5)
     assert runs[0]["character_error_rate"] == pytest.approx(meta["evals"][-1]["character error rate"], abs=0.004)
+
+
+def test_presses_reads_the_most_frequent_key_of_each_press_and_the_first_heard_of_a_tie():
+    """The last step of dtmf_decode on frame keys: one press per run of frames that hold a key, its most frequent key;
+    on a tie the key heard first, whatever the keys' indices (the rule max(set(run), key=run.count) followed the
+    set's order, which CPython gives {3, 11} as 11 first: "#" here), and runs shorter than min_frames dropped."""
+    four, hash_ = speech.TOUCH_TONE_KEYS.index("4"), speech.TOUCH_TONE_KEYS.index("#")
+    assert speech.presses([-1, four, four, hash_, hash_, -1]) == "4"
+    assert speech.presses([hash_, hash_, four, four]) == "#"
+    assert speech.presses([four, hash_, hash_, -1, 0, -1, 1, 1], min_frames=2) == "#2"
+    assert speech.presses([0, -1, 1], min_frames=1) == "12" and speech.presses([]) == ""

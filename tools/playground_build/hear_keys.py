@@ -162,9 +162,8 @@ def _case(model, vocab, speaker, codec_session, keys: str, temperature: float, s
     check_session(f"hear_keys_codec on {keys!r}", codec_session, (codes,), (wave,))
     onnx_wave = torch.from_numpy(codec_session.run(None, {"codes": codes.numpy()})[0])
     read = dtmf_decode(wave, sampling_rate=recipes.CODEC_RATE, **GOERTZEL)[0]
-    for other in (onnx_wave, wave.double()):  # the page's numbers, and its float64 arithmetic
-        if dtmf_decode(other, sampling_rate=recipes.CODEC_RATE, **GOERTZEL)[0] != read:
-            raise SystemExit(f"hear_keys: {keys!r} at {temperature} with seed {seed} reads otherwise when rounded")
+    if dtmf_decode(onnx_wave, sampling_rate=recipes.CODEC_RATE, **GOERTZEL)[0] != read:  # the page's numbers
+        raise SystemExit(f"hear_keys: {keys!r} at {temperature} with seed {seed} reads otherwise from onnxruntime's")
     return {
         "keys": keys,
         "temperature": temperature,

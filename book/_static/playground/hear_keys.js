@@ -22,6 +22,7 @@ const VIOLA = "hear_keys_viola", CODEC = "hear_keys_codec"; // meta.json's keys
 
 let viola = null, codec = null; // {ort, session, info} each
 let running = false;
+let again = false; // a request that came while the model was speaking: answered when it is done
 let clip = null; // the last clip spoken: {keys, waveform (Float32Array), read}
 
 // The reader's settings -> {keys, temperature, seed}, or {error, field}
@@ -48,7 +49,10 @@ function settings() {
     return { field: "hear-temperature", error: `The temperature must be one of ${listed(info.temperatures.map(String))}, ` +
       `got “${$("hear-temperature").value}”.` };
   }
-  if (seedText === "" || !Number.isInteger(seed) || seed < 0 || seed > 4294967295) {
+  if (seedText === "") {
+    return { field: "hear-seed", error: "The seed is empty or not a number: type a whole number from 0 to 4294967295." };
+  }
+  if (!Number.isInteger(seed) || seed < 0 || seed > 4294967295) {
     return { field: "hear-seed", error: `The seed must be a whole number from 0 to 4294967295, got “${seedText}”.` };
   }
   return { keys, temperature, seed };
@@ -112,7 +116,8 @@ async function speak(codes) {
 // transformer_lib.speech.dtmf_decode with the build's settings: frames of `frame` samples every `hop`, each one's
 // power at the seven tones; a frame holds a key when the strongest row and column tones stand out of what they leave
 // of the frame's energy (threshold) and of their runner-up (dominance); consecutive frames that hold keys make one
-// press, read as its most frequent key (the lowest key of a tie), kept when it lasts min_frames frames or more
+// press, read as its most frequent key (of a tie, the one heard first, as speech.presses), kept when it lasts
+// min_frames frames or more
 function readKeys(wave) {
   const info = codec.info, { frame, hop, threshold, dominance, min_frames: minFrames } = info.goertzel;
   const tones = [...info.row_tones, ...info.column_tones];
@@ -141,9 +146,10 @@ function readKeys(wave) {
   for (const k of [...keys, -1]) { // a closing -1 ends the last press
     if (k >= 0) { run.push(k); continue; }
     if (run.length >= minFrames) {
-      const counts = new Map();
+      const counts = new Map(); // in the order the keys were heard
       for (const key of run) counts.set(key, (counts.get(key) ?? 0) + 1);
-      const most = [...counts].sort((a, b) => b[1] - a[1] || a[0] - b[0])[0][0];
+      let most = null;
+      for (const [key, n] of counts) if (most === null || n > counts.get(most)) most = key; // a tie: the first
       pressed.push(info.keypad[most]);
     }
     run = [];
@@ -181,7 +187,7 @@ function colour(level) {
 }
 
 // Draw the spectrogram on the canvas: time left to right, frequency bottom to top, in decibels below its loudest
-// cell down to 60 dB (the chapter's figure shows the same decibels)
+// cell, down to 60 dB below it (the chapter's figures draw absolute decibels in another colour map)
 function drawSpectrogram(magnitude) {
   const canvas = $("hear-spectrogram"), bins = magnitude.length, frames = magnitude[0].length;
   const ctx = canvas.getContext("2d");
@@ -221,12 +227,14 @@ async function answer() {
     window.hearKeys = null;
     $("hear-progress").value = 0;
     clearResult($("hear-read"), $("hear-verdict"), $("hear-status"), $("hear-codes"));
+    $("hear-judged").hidden = true;
     $("hear-spectrogram").getContext("2d").clearRect(0, 0, $("hear-spectrogram").width, $("hear-spectrogram").height);
     $("hear-spectrogram").setAttribute("aria-label", "No spectrogram yet: nothing has been spoken.");
     return;
   }
   const start = performance.now();
   $("hear-progress").value = 0;
+  $("hear-status").textContent = ""; // emptied, so that the same result said again is announced again
   const { written, fed } = await writeCodes(s);
   const codes = codesOf(written);
   const waveform = await speak(codes);
@@ -242,6 +250,7 @@ async function answer() {
   $("hear-read").textContent = read === "" ? "nothing" : `“${read}”`;
   $("hear-read").dataset.read = read;
   $("hear-verdict").textContent = right ? "right" : "wrong";
+  $("hear-judged").hidden = false;
   $("hear-codes").textContent = codes.slice(0, 10).map((c) => `(${c.join(", ")})`).join(" ") + " …";
   $("hear-codes").dataset.ids = JSON.stringify(written);
   $("hear-spectrogram").setAttribute("aria-label", `Spectrogram of the second VioLA spoke for the keys ${s.keys}, ${how}: ` +
@@ -251,16 +260,28 @@ async function answer() {
     `${read === "" ? "no key" : read}: ${right ? "right" : "wrong"}.`;
 }
 
-// Play the last clip with Web Audio, at the codec's 4,000 samples a second (the browser resamples it)
+// The clip at twice its rate, by linear interpolation: 8,000 samples a second is the lowest rate every browser's
+// Web Audio takes (some refuse the codec's 4,000); the tones, all under 1.7 kHz, are unchanged
+function doubled(wave) {
+  const out = new Float32Array(2 * wave.length);
+  for (let i = 0; i < wave.length; i++) {
+    out[2 * i] = wave[i];
+    out[2 * i + 1] = i + 1 < wave.length ? (wave[i] + wave[i + 1]) / 2 : wave[i];
+  }
+  return out.map((v) => Math.max(-1, Math.min(1, v)));
+}
+
+// Play the last clip with Web Audio, at 8,000 samples a second (the browser resamples it to its own rate)
 async function play() {
   if (clip === null) {
     $("hear-status").textContent = "There is no sound to play yet: speak some keys first.";
     return;
   }
-  const rate = codec.info.sampling_rate;
+  const rate = 2 * codec.info.sampling_rate;
+  const samples = doubled(clip.waveform);
   const context = new AudioContext();
-  const buffer = context.createBuffer(1, clip.waveform.length, rate);
-  buffer.copyToChannel(Float32Array.from(clip.waveform, (v) => Math.max(-1, Math.min(1, v))), 0);
+  const buffer = context.createBuffer(1, samples.length, rate);
+  buffer.copyToChannel(samples, 0);
   const source = context.createBufferSource();
   source.buffer = buffer;
   source.connect(context.destination);
@@ -268,14 +289,21 @@ async function play() {
   source.start();
   window.hearKeysPlayed = { sampleRate: buffer.sampleRate, length: buffer.length, keys: clip.keys };
   $("hear-status").textContent = `Playing the second VioLA spoke for ${clip.keys} (${buffer.length} samples at ` +
-    `${rate} a second).`;
+    `${rate} a second: the codec's ${codec.info.sampling_rate}, doubled).`;
 }
 
 async function onSubmit(event) {
   event?.preventDefault();
-  if (viola === null || codec === null || running) return; // the buttons stay enabled, so focus stays put
+  if (viola === null || codec === null) return;
+  if (running) { // the buttons stay enabled, so focus stays put: the request is answered once this one is done
+    again = true;
+    return;
+  }
   running = true;
-  await guarded("hear keys: speaking", $("hear-status"), answer);
+  do {
+    again = false;
+    await guarded("hear keys: speaking", $("hear-status"), answer);
+  } while (again);
   running = false;
 }
 
