@@ -414,7 +414,7 @@ SHAKESPEARE_BLOCKS = {
     # width 256, each token through 2 of them: 2 x 256 = 512 active units, as many as the dense d_ff.
     "moe": {"num_experts": 4, "experts_per_token": 2, "d_ff": 256},
     # Chapter 20's draft models for speculative decoding: the "gpt" block, narrower and shallower (the target is the
-    # shipped "gpt" model, 4 layers of width 128, 818,113 weights; these have 19,009 and 112,513); same data, steps,
+    # shipped "gpt" model, 4 layers of width 128, 820,564 weights; these have 19,636 and 113,748); same data, steps,
     # rate and seed
     "draft_tiny": {"d_model": 32, "num_heads": 2, "num_layers": 1, "d_ff": 128},
     "draft_small": {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 256},

@@ -101,6 +101,10 @@ def test_a_draft_that_is_the_target_is_always_kept():
     out, counts = speculative.speculative_generate(target, target, torch.tensor([[2]]), 12, k=3,
                                                    rng=torch.Generator().manual_seed(1))  # fmt: skip
     assert counts["acceptance"] == 1.0 and counts["tokens per target pass"] == 4.0 and out.shape == (1, 13)
+    # 10 tokens asked in rounds of 4: the third round writes 2 more than asked, which are cut and not counted
+    out, counts = speculative.speculative_generate(target, target, torch.tensor([[2]]), 10, k=3,
+                                                   rng=torch.Generator().manual_seed(1))  # fmt: skip
+    assert out.shape == (1, 11) and counts["rounds"] == 3 and counts["tokens per target pass"] == 10 / 3
 
 
 def test_bad_calls_are_refused_by_name():
