@@ -48,7 +48,7 @@ help:
 	@echo "  make grade SUBMISSIONS=folder  autograde folder/<student>/NN_name.ipynb, each in a bubblewrap sandbox:"
 	@echo "                    gradebook, CSVs, feedback (TRUSTED=1: no sandbox, for a class you trust)"
 	@echo "Measuring and maintaining:"
-	@echo "  make benchmark    notebook times as ratios to a fixed reference; attention, KV-cache, optimizer timings"
+	@echo "  make benchmark    notebook times as ratios to a fixed reference; attention, KV-cache, optimizer and speculative-decoding timings"
 	@echo "  make results      make test, make benchmark and a timed make check, then write docs/results.md"
 	@echo "  make check-timed  make check, timed, its wall time in _build/reports for docs/results.md"
 	@echo "  make checkpoints  retrain the shipped checkpoints from their recipes (transformer_lib/recipes.py)"
@@ -216,6 +216,7 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/notebooks.py | tee $(REPORTS)/benchmark-notebooks.txt
 	$(BIN)/python benchmarks/attention.py | tee $(REPORTS)/benchmark-attention.txt
 	$(BIN)/python benchmarks/optimizer.py | tee $(REPORTS)/benchmark-optimizer.txt
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/speculative.py | tee $(REPORTS)/benchmark-speculative.txt
 	@[ -f _build/html/book/playground/language_model.html ] || $(MAKE) --no-print-directory book
 	$(BIN)/python benchmarks/playground.py | tee $(REPORTS)/benchmark-playground.txt
 

@@ -136,6 +136,7 @@ def benchmarks(reports: Path) -> list[str]:
         "benchmark-notebooks": "Notebooks, each in a fresh kernel (benchmarks/notebooks.py)",
         "benchmark-attention": "Attention and cached decoding (benchmarks/attention.py)",
         "benchmark-optimizer": "AdamW's first step in a fresh process (benchmarks/optimizer.py)",
+        "benchmark-speculative": "Speculative decoding in wall time, one thread (benchmarks/speculative.py)",
         "benchmark-playground": "The language-model playground in headless Chromium (benchmarks/playground.py)",
         "benchmark-check": "The fast loop (make check)",
     }
