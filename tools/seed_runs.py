@@ -43,6 +43,18 @@ def machine() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads; torch {torch.__version__}"
 
 
+def write_run_file(data: dict, out: Path, start: float) -> None:
+    """Finish a run file: the wall time since `start` (time.perf_counter), the load and the machine, then `data` as
+    JSON into `out` (the run files of tools/viola_runs.py and tools/speculative_runs.py)."""
+    import time
+
+    data["seconds"] = round(time.perf_counter() - start, 1)
+    data["load"] = round(os.getloadavg()[0], 2)
+    data["machine"] = machine()
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {out} in {data['seconds']:.0f} s", flush=True)
+
+
 def run_seeds(records: list[dict], seeds: int, force: bool, run, save, say) -> None:
     """Seeds 0 .. seeds - 1 into `records`, kept in seed order: run(seed) -> a record, then save() and print
     say(record). A seed the records already hold is skipped unless force (the run files' tools share this)."""

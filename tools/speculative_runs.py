@@ -14,15 +14,13 @@ wall time with the machine. The shipped file was made with one thread (OMP_NUM_T
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from seed_runs import machine  # tools/seed_runs.py, beside this file
+from seed_runs import write_run_file  # tools/seed_runs.py, beside this file
 from transformer_lib import recipes, speculative
 from transformer_lib.checkpoints import load_checkpoint
 
@@ -50,11 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         data["runs"][name] = {"acceptance": kept, "tokens per target pass": per_pass}
         print(f"{name}: kept {sum(kept) / len(kept):.3f}, {sum(per_pass) / len(per_pass):.2f} tokens a target pass",
               flush=True)  # fmt: skip
-    data["seconds"] = round(time.perf_counter() - start, 1)
-    data["load"] = round(os.getloadavg()[0], 2)
-    data["machine"] = machine()
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {args.out} in {data['seconds']:.0f} s", flush=True)
+    write_run_file(data, args.out, start)
     return 0
 
 

@@ -27,15 +27,13 @@ and the wall time with the machine. The shipped file was made with one thread (O
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from seed_runs import machine  # tools/seed_runs.py, beside this file
+from seed_runs import write_run_file  # tools/seed_runs.py, beside this file
 from transformer_lib import recipes, speech, viola
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.wav2vec2 import normalize_samples
@@ -113,11 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 data["keys read"][f"{temperature:g}"] = [len(r) for r in goertzel(spoken)]
         data["synthesis"][f"{temperature:g}"] = runs
         print(f"temperature {temperature:g}: read back {[r.count('1') for r in runs]} of {len(texts)}", flush=True)
-    data["seconds"] = round(time.perf_counter() - start, 1)
-    data["load"] = round(os.getloadavg()[0], 2)
-    data["machine"] = machine()
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {args.out} in {data['seconds']:.0f} s", flush=True)
+    write_run_file(data, args.out, start)
     return 0
 
 
