@@ -111,3 +111,18 @@ def test_run_seeds_fills_what_is_missing_in_seed_order_and_saves_after_each(caps
     assert saved == [2, 3] and capsys.readouterr().out.split("\n")[:2] == ["seed 0 done", "seed 2 done"]
     seed_runs.run_seeds(records, 2, True, lambda s: {"seed": s, "value": "again"}, lambda: None, lambda r: "")
     assert [r["value"] for r in records] == ["again", "again", "new"]  # force runs seeds 0 and 1 again, in place
+
+
+def test_a_run_file_is_finished_with_its_time_load_and_machine(tmp_path, capsys):
+    """tools/seed_runs.py's write_run_file, which the VioLA and speculative-decoding tools end with."""
+    import json
+    import time
+
+    from seed_runs import write_run_file  # tools/ is on pytest's pythonpath
+
+    start = time.perf_counter() - 2.0
+    write_run_file({"runs": [1, 2]}, tmp_path / "runs.json", start)
+    data = json.loads((tmp_path / "runs.json").read_text())
+    assert data["runs"] == [1, 2] and 2.0 <= data["seconds"] < 60 and data["load"] >= 0
+    assert "cores" in data["machine"] and "torch" in data["machine"]
+    assert f"wrote {tmp_path / 'runs.json'} in 2 s" in capsys.readouterr().out
