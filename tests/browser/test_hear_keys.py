@@ -64,9 +64,10 @@ def _status(case: dict) -> str:
     """The status line the page writes once it has spoken `case` and read it back."""
     t = case["temperature"]
     how = "greedily (temperature 0)" if t == 0 else f"at temperature {t:g}, seed {case['seed']}"
-    heard = case["read"] or "no key"
+    heard = " ".join(case["read"]) or "no key"  # keys spaced, so that a screen reader says them one by one
     verdict = "right" if case["read"] == case["keys"] else "wrong"
-    return f"You typed {case['keys']}; VioLA spoke it {how}, and the Goertzel decoder heard {heard}: {verdict}."
+    typed = " ".join(case["keys"])
+    return f"You typed {typed}; VioLA spoke it {how}, and the Goertzel decoder heard {heard}: {verdict}."
 
 
 def _shown(page) -> dict:
@@ -89,8 +90,8 @@ def _assert_clip(page, case: dict, meta: dict) -> bool:
     run = page.evaluate("() => window.playgroundTimings.hear_keys_viola.last_run")
     assert run["fed"] == [prompt] + [1] * (len(case["ids"]) - 1), run["fed"]  # the cache: one code per call
     label = page.get_attribute("#hear-spectrogram", "aria-label")
-    assert label.startswith(f"Spectrogram of the second VioLA spoke for the keys {case['keys']}, ") and (
-        f"reads {case['read'] or 'no key'} in it." in label
+    assert label.startswith(f"Spectrogram of the second VioLA spoke for the keys {' '.join(case['keys'])}, ") and (
+        f"reads {' '.join(case['read']) or 'no key'} in it." in label
     ), label
     return True
 
@@ -187,7 +188,8 @@ def test_the_page_works_from_the_keyboard_and_plays_the_clip(page, site_url, exp
     played = page.evaluate("() => window.hearKeysPlayed")
     rate = meta["hear_keys_codec"]["sampling_rate"]
     assert played == {"sampleRate": 2 * rate, "length": 2 * rate, "keys": case["keys"]}  # doubled: 8 kHz plays anywhere
-    assert page.text_content("#hear-status").startswith(f"Playing the second VioLA spoke for {case['keys']}")
+    assert page.text_content("#hear-status").startswith(f"Playing the second VioLA spoke for {' '.join(case['keys'])}")
+    assert page.get_attribute("#hear-playground", "aria-busy") == "false"  # set while it speaks, cleared after
     page.click("#hear-examples button[data-keys='2026']")
     page.wait_for_function("() => window.hearKeys.ids.length && document.getElementById('hear-keys').value === '2026'")
     assert not unlabelled_controls(page)
@@ -221,7 +223,7 @@ def test_the_prose_quotes_the_recorded_clips_and_sizes(expected, meta):
     assert f'At 0.5 (seed 1) it hears "{cold}", at 1.2 (seed 11) "{hot}"' in text
     assert by["2026", 1.2, 11]["read"] == "20266" and "a key said twice" in text
     assert f'with seed 9 the decoder hears "{by["5", 1.0, 9]["read"]}"' in text and len(by["5", 1.0, 9]["read"]) > 1
-    assert by["*0#147", 1.0, 7]["read"] == "*0#147" and "`*0#147` (seed 7), read back right" in text
+    assert by["*0#147", 1.0, 7]["read"] == "*0#147" and "`*0#147`: with seed 7 they read back right" in text
     assert f"about {meta['hear_keys_viola']['bytes'] / 1e6:.1f} MB" in text
     assert f"about {meta['hear_keys_codec']['bytes'] / 1e6:.2f} MB" in text
     trial = meta["hear_keys_viola"]["int8"]

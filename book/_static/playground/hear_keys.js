@@ -201,7 +201,7 @@ function drawSpectrogram(magnitude) {
       image.data.set([r, g, b, 255], p);
     }
   }
-  const small = new OffscreenCanvas(frames, bins);
+  const small = Object.assign(document.createElement("canvas"), { width: frames, height: bins }); // never shown
   small.getContext("2d").putImageData(image, 0, 0);
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(small, 0, 0, canvas.width, canvas.height);
@@ -217,6 +217,9 @@ function onset(wave) {
   return loud > 0 && first >= 0 ? `its sound starts at about ${((first * hop) / info.sampling_rate).toFixed(2)} s`
     : "it holds no sound";
 }
+
+// Keys as a screen reader should say them, one by one: "2026" -> "2 0 2 6" (not "two thousand and twenty-six")
+const spaced = (keys) => [...keys].join(" ");
 
 async function answer() {
   const s = settings();
@@ -253,20 +256,39 @@ async function answer() {
   $("hear-judged").hidden = false;
   $("hear-codes").textContent = codes.slice(0, 10).map((c) => `(${c.join(", ")})`).join(" ") + " …";
   $("hear-codes").dataset.ids = JSON.stringify(written);
-  $("hear-spectrogram").setAttribute("aria-label", `Spectrogram of the second VioLA spoke for the keys ${s.keys}, ${how}: ` +
-    `frequency up to ${codec.info.sampling_rate / 2} Hz against time; ${onset(waveform)}, ` +
-    `and the Goertzel decoder reads ${read === "" ? "no key" : read} in it.`);
-  $("hear-status").textContent = `You typed ${s.keys}; VioLA spoke it ${how}, and the Goertzel decoder heard ` +
-    `${read === "" ? "no key" : read}: ${right ? "right" : "wrong"}.`;
+  $("hear-spectrogram").setAttribute("aria-label", `Spectrogram of the second VioLA spoke for the keys ${spaced(s.keys)}, ` +
+    `${how}: frequency up to ${codec.info.sampling_rate / 2} Hz against time; ${onset(waveform)}, ` +
+    `and the Goertzel decoder reads ${read === "" ? "no key" : spaced(read)} in it.`);
+  $("hear-status").textContent = `You typed ${spaced(s.keys)}; VioLA spoke it ${how}, and the Goertzel decoder heard ` +
+    `${read === "" ? "no key" : spaced(read)}: ${right ? "right" : "wrong"}.`;
 }
 
-// The clip at twice its rate, by linear interpolation: 8,000 samples a second is the lowest rate every browser's
-// Web Audio takes (some refuse the codec's 4,000); the tones, all under 1.7 kHz, are unchanged
+// The clip at twice its rate: 8,000 samples a second is the lowest rate every browser's Web Audio takes (some refuse
+// a buffer at the codec's 4,000). The new samples, halfway between the old, are windowed-sinc interpolation: 32
+// taps of sin(pi t) / (pi t) at t = j - 1/2 under a Blackman window, summing to 1. It keeps the keypad's tones (all
+// under 1.7 kHz) at their level and adds next to nothing above 2 kHz, where drawing straight lines between the
+// samples would add mirror tones at 4,000 Hz minus each tone
+const HALF_TAPS = 16;
+const TAPS = (() => {
+  const taps = Array.from({ length: 2 * HALF_TAPS }, (_, i) => {
+    const t = i - HALF_TAPS + 0.5, k = i + 0.5, n = 2 * HALF_TAPS; // the window at k of 0..n, its peak at t = 0
+    const window = 0.42 - 0.5 * Math.cos((2 * Math.PI * k) / n) + 0.08 * Math.cos((4 * Math.PI * k) / n);
+    return (Math.sin(Math.PI * t) / (Math.PI * t)) * window;
+  });
+  const sum = taps.reduce((a, b) => a + b, 0);
+  return taps.map((h) => h / sum);
+})();
+
 function doubled(wave) {
   const out = new Float32Array(2 * wave.length);
   for (let i = 0; i < wave.length; i++) {
     out[2 * i] = wave[i];
-    out[2 * i + 1] = i + 1 < wave.length ? (wave[i] + wave[i + 1]) / 2 : wave[i];
+    let between = 0; // halfway from sample i to sample i + 1: the samples i - 15 .. i + 16, outside the clip 0
+    for (let j = 0; j < TAPS.length; j++) {
+      const at = i - HALF_TAPS + 1 + j;
+      if (at >= 0 && at < wave.length) between += TAPS[j] * wave[at];
+    }
+    out[2 * i + 1] = between;
   }
   return out.map((v) => Math.max(-1, Math.min(1, v)));
 }
@@ -288,7 +310,7 @@ async function play() {
   source.addEventListener("ended", () => context.close());
   source.start();
   window.hearKeysPlayed = { sampleRate: buffer.sampleRate, length: buffer.length, keys: clip.keys };
-  $("hear-status").textContent = `Playing the second VioLA spoke for ${clip.keys} (${buffer.length} samples at ` +
+  $("hear-status").textContent = `Playing the second VioLA spoke for ${spaced(clip.keys)} (${buffer.length} samples at ` +
     `${rate} a second: the codec's ${codec.info.sampling_rate}, doubled).`;
 }
 
@@ -300,10 +322,12 @@ async function onSubmit(event) {
     return;
   }
   running = true;
+  $("hear-playground").setAttribute("aria-busy", "true"); // assistive technology waits for the result
   do {
     again = false;
     await guarded("hear keys: speaking", $("hear-status"), answer);
   } while (again);
+  $("hear-playground").setAttribute("aria-busy", "false");
   running = false;
 }
 
