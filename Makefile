@@ -67,7 +67,7 @@ $(STAMP): requirements.txt $(CONSTRAINTS) pyproject.toml
 
 install: $(STAMP)
 
-# Triton (the `triton` extra, about 1 GB): its FlashAttention kernels run in Triton's interpreter on a CPU and
+# Triton (the `triton` extra, about 0.7 GB installed): its FlashAttention kernels run in Triton's interpreter on a CPU and
 # compiled on an NVIDIA GPU (transformer_lib/flash_triton.py). The tests need it, the website does not, so only
 # the stages that run them install it; without it, outside CI, those tests skip and say why.
 TRITON_STAMP := $(VENV)/.installed-triton

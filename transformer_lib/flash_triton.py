@@ -14,7 +14,7 @@ T x T matrix is never written anywhere.
 
 Triton compiles for NVIDIA (and AMD) GPUs. On a CPU it runs the same kernels in its **interpreter**, one program
 at a time in NumPy, when the environment variable TRITON_INTERPRET=1 is set before `triton` is first imported: slow,
-but the same code, checked the same way. Triton is an optional dependency (the `triton` extra, about 1 GB):
+but the same code, checked the same way. Triton is an optional dependency (the `triton` extra, about 0.7 GB installed):
 `available()` says whether it can run here, and `flash_attention_triton` raises a clear error where it cannot.
 float32 and float64 only; `tl.dot` is asked for IEEE float32, so that a GPU would not round float32 to TF32. So
 far the kernels have run only in the interpreter, never compiled on a GPU. `tests/unit/test_flash_triton.py`
@@ -39,7 +39,7 @@ BLOCK_K = 32  # key rows per inner step
 def available() -> tuple[bool, str]:
     """(whether the Triton kernels can run here, why not if they cannot)."""
     if importlib.util.find_spec("triton") is None:
-        return False, "Triton is not installed: pip install -e '.[triton]' (about 1 GB)"
+        return False, "Triton is not installed: pip install -e '.[triton]' (about 0.7 GB)"
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return True, ""
     return (

@@ -83,19 +83,20 @@ def speculative_generate(
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError(f"the two models must share a vocabulary, got {target.config.vocab_size} and "
                          f"{draft.config.vocab_size} ids")  # fmt: skip
-    ids = prompt.tolist()[0]
+    ids, device = prompt.tolist()[0], prompt.device  # the models' device: the prompt's, as generate has it
     start, rounds, drafted, accepted = len(ids), 0, 0, 0
     while len(ids) - start < max_new_tokens:
         guesses, q_rows = [], []
         for _ in range(k):  # the draft writes k tokens, one pass each
-            q = _probabilities(draft, torch.tensor([ids + guesses]), temperature)[-1]  # (V,)
+            q = _probabilities(draft, torch.tensor([ids + guesses], device=device), temperature)[-1]  # (V,)
             guesses.append(_draw(q, rng))
             q_rows.append(q)
-        p_rows = _probabilities(target, torch.tensor([ids + guesses]), temperature)[len(ids) - 1 :]  # (k + 1, V)
+        p_rows = _probabilities(target, torch.tensor([ids + guesses], device=device), temperature)[len(ids) - 1 :]
         rounds, drafted = rounds + 1, drafted + k
         for i, (x, q) in enumerate(zip(guesses, q_rows)):
             keep = acceptance(p_rows[i], q)[x]
-            if temperature == 0 or float(torch.rand((), generator=rng, dtype=torch.float64)) < keep:
+            u = torch.rand((), generator=rng, dtype=torch.float64, device=device if rng is None else rng.device)
+            if temperature == 0 or float(u) < keep:
                 if temperature == 0 and keep < 1:  # greedy: the draft's token is not the target's argmax
                     ids.append(int(p_rows[i].argmax()))
                     break
