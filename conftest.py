@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 # Triton's kernels (transformer_lib.flash_triton) run in its interpreter on a machine without an NVIDIA GPU; the
-# choice is read when triton is first imported, so it is made here, before any test module can import it.
+# choice is read when a kernel is made (@triton.jit), so it is made here, before any test module can use triton.
 if not os.path.exists("/dev/nvidia0") and "TRITON_INTERPRET" not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -13,8 +13,9 @@ T x T matrix is never written anywhere.
 - `backward_dq`: per query tile, loop over its key tiles, dQ += dS K s.
 
 Triton compiles for NVIDIA (and AMD) GPUs. On a CPU it runs the same kernels in its **interpreter**, one program
-at a time in NumPy, when the environment variable TRITON_INTERPRET=1 is set before `triton` is first imported: slow,
-but the same code, checked the same way. Triton is an optional dependency (the `triton` extra, about 0.7 GB installed):
+at a time in NumPy, when the environment variable TRITON_INTERPRET=1 is set when a kernel is made (`@triton.jit`
+reads it; this module makes its kernels on their first call), so set it before anything uses Triton: slow, but
+the same code, checked the same way. Triton is an optional dependency (the `triton` extra, about 0.7 GB installed):
 `available()` says whether it can run here, and `flash_attention_triton` raises a clear error where it cannot.
 float32 and float64 only; `tl.dot` is asked for IEEE float32, so that a GPU would not round float32 to TF32. So
 far the kernels have run only in the interpreter, never compiled on a GPU. `tests/unit/test_flash_triton.py`
@@ -44,7 +45,7 @@ def available() -> tuple[bool, str]:
         return True, ""
     return (
         False,
-        "no GPU here: set TRITON_INTERPRET=1 before triton is first imported to run its interpreter on the CPU",
+        "no GPU here: set TRITON_INTERPRET=1 before anything uses triton to run its interpreter on the CPU",
     )
 
 
