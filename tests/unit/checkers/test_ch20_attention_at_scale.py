@@ -314,3 +314,24 @@ def test_the_position_losses_accept_another_route():
 )
 def test_the_position_losses_name_the_mistake(wrong, mistake):
     rejected_as(ex20.check_position_losses(wrong), mistake)
+
+
+# ---- answers right for one input only ----------------------------------------------------------------------------
+
+
+def _residual_down_the_first_axis(p, q):
+    """Right for one distribution (V,) only: the residual normalised over axis 0, not the vocabulary."""
+    keep, _ = acceptance_and_residual(p, q)
+    left = (p - q).clamp_min(0)
+    total = left.sum(0, keepdim=True)
+    return keep, torch.where(total > 0, left / torch.where(total > 0, total, torch.ones_like(total)), p)
+
+
+def test_answers_right_for_one_input_only_are_rejected():
+    rejected_as(ex20.check_acceptance_and_residual(_residual_down_the_first_axis), "other")
+    five_windows = lambda m, ids, length, windows: position_losses(m, ids, length, 5)  # noqa: E731
+    rejected_as(ex20.check_position_losses(five_windows), "other")
+    whole_row = lambda s, b: _two_pass(s, s.shape[1])  # one block, the whole row: still the softmax  # noqa: E731
+    assert ex20.check_online_softmax(whole_row) == CORRECT  # block is how to read, not what comes out
+    first_block_only = lambda s, b: _two_pass(s[:, :b], b).expand_as(s) if s.shape[1] <= b else _no_rescale(s, b)  # noqa: E731
+    rejected_as(ex20.check_online_softmax(first_block_only), "no-rescale")  # right only where one block is the row
