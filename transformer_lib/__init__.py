@@ -13,7 +13,7 @@ import importlib
 
 from . import arithmetic, bart, bert, clip, codec, corpus, ctc, evidence, flash, flash_triton, hf, inside  # noqa: F401
 from . import lora, moe  # noqa: F401
-from . import quantization, recipes, speculative, speech, surgery, viola, vit, wav2vec2  # noqa: F401
+from . import quantization, reasoning, recipes, speculative, speech, surgery, viola, vit, wav2vec2  # noqa: F401
 from .config import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .positional import *  # noqa: F403
@@ -85,6 +85,7 @@ _SUBMODULES = (
     "clip",
     "speculative",
     "arithmetic",
+    "reasoning",
     "latent",
     "streaming",
     "evaluation",

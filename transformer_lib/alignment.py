@@ -54,6 +54,7 @@ __all__ = [
     "preference_pairs",
     "train_dpo",
     "train_grpo",
+    "train_grpo_from_samples",
     "train_expert_iteration",
     "train_ppo",
     "RewardModel",
@@ -492,13 +493,45 @@ def train_grpo(
     log-ratio log pi - log pi_ref on the answer tokens (an unbiased estimate of KL(pi || pi_ref) per answer,
     as the samples come from pi), "clipped share": clipped_share averaged over the step's updates}.
     """
+    mean_rewards: list[float] = []
+    samples = _sampled_groups(policy, tok, words, reward, prompts_per_step, group, seed, mean_rewards)
+    history = train_grpo_from_samples(
+        policy, reference, samples, steps, prompts_per_step, group, beta=beta, clip=clip, lr=lr, warmup=warmup,
+        seed=seed, progress=progress, eval_fn=eval_fn, eval_every=eval_every, updates=updates, trace=trace,
+    )  # fmt: skip
+    return history, mean_rewards
+
+
+def train_grpo_from_samples(
+    policy: nn.Module,
+    reference: nn.Module,
+    samples: Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    steps: int,
+    prompts_per_step: int,
+    group: int,
+    beta: float = 0.04,
+    clip: float = 0.2,
+    lr: float = 3e-5,
+    warmup: int = 20,
+    seed: int = 0,
+    progress: bool = False,
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+    eval_every: int = 0,
+    updates: int = 1,
+    trace: list[dict[str, float]] | None = None,
+) -> History:
+    """GRPO's updates on samples someone else draws: the loop of `train_grpo`, for any task with a reward.
+
+    `samples` yields, once per sampling step, (ids (P * G, T), answer mask (P * G, T), rewards (P * G,)): `group`
+    answers to each of `prompts_per_step` prompts, a prompt's answers next to each other, drawn from the policy as it
+    is when the step begins (a generator, so that each step samples after the last update). `train_grpo` says the
+    rest: the advantages, the clip, the KL term, `updates`, the learning rate and `trace`.
+    """
     if updates < 1:
         raise ValueError(f"updates must be at least 1, got {updates}")
     without_dropout(policy)
     without_dropout(reference).eval()
     device = next(policy.parameters()).device
-    mean_rewards: list[float] = []
-    samples = _sampled_groups(policy, tok, words, reward, prompts_per_step, group, seed, mean_rewards)
 
     def batches() -> Iterator[tuple[torch.Tensor, ...]]:
         for ids, mask, scores in samples:
@@ -525,7 +558,7 @@ def train_grpo(
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        history = fit(
+        return fit(
             policy,
             loss_fn,
             batches(),
@@ -538,7 +571,6 @@ def train_grpo(
             eval_every=eval_every,
             desc="GRPO",
         )
-    return history, mean_rewards
 
 
 def train_expert_iteration(

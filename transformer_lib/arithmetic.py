@@ -27,6 +27,7 @@ __all__ = [
     "direct",
     "scratchpad",
     "random_problems",
+    "parse_problem",
     "final_answer",
     "is_right",
     "steps_right",
@@ -83,7 +84,8 @@ def random_problems(count: int, digits: int | tuple[int, int], rng: random.Rando
     return [(number(), number()) for _ in range(count)]
 
 
-def _parse_problem(prompt: str) -> tuple[int, int]:
+def parse_problem(prompt: str) -> tuple[int, int]:
+    """The numbers of a problem written "a+b=", as (a, b); anything else is refused by name."""
     found = _PROBLEM.match(prompt)
     if found is None:
         raise ValueError(f"a problem is written 'a+b=', got {prompt!r}")
@@ -102,14 +104,14 @@ def final_answer(answer: str) -> int | None:
 
 def is_right(prompt: str, answer: str) -> bool:
     """Whether the answer's final sum is the problem's: the program's verdict, with no partial credit."""
-    a, b = _parse_problem(prompt)
+    a, b = parse_problem(prompt)
     return final_answer(answer) == a + b
 
 
 def steps_right(prompt: str, answer: str) -> bool:
     """Whether every step of a scratchpad is the right one for its column (the digits, the carry, the sum), the steps
     are all the columns in order, and the final sum is right."""
-    a, b = _parse_problem(prompt)
+    a, b = parse_problem(prompt)
     if END not in answer:
         return False
     return answer[: answer.index(END) + 1] == scratchpad(a, b)

@@ -7,6 +7,9 @@ with a 95% bootstrap interval; `report` prints several results as one table.
 
 - `exact_match`: the answer equals the target after an optional normalisation (stripping, lower-casing).
 - `pass_at_k` (from `tl.alignment`): the unbiased estimate from n samples of which c are right.
+- Test-time compute, on n samples per item: `majority_vote` (self-consistency: the answer given most often),
+  `best_of` (the answer a verifier scores highest), and `accuracy_at_n`, which measures either over random sets of
+  n of an item's samples, so that one set of samples gives the whole curve of accuracy against n.
 - `bits_per_byte`: a language model's total loss on a text, in bits, over the text's UTF-8 bytes: a
   measure that does not depend on the tokenizer, so a character model and a BPE model can be compared.
   Long texts are read in rolling windows as EleutherAI's lm-evaluation-harness reads them
@@ -27,7 +30,17 @@ from torch import nn
 
 from .alignment import pass_at_k
 
-__all__ = ["Result", "exact_match", "pass_at_k", "rolling_windows", "bits_per_byte", "report"]
+__all__ = [
+    "Result",
+    "exact_match",
+    "pass_at_k",
+    "majority_vote",
+    "best_of",
+    "accuracy_at_n",
+    "rolling_windows",
+    "bits_per_byte",
+    "report",
+]
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,59 @@ def exact_match(
         raise ValueError(f"one answer per target: got {len(answers)} answers and {len(targets)} targets")
     norm = normalize or (lambda s: s)
     return torch.tensor([float(norm(a) == norm(t)) for a, t in zip(answers, targets)], dtype=torch.float64)
+
+
+def majority_vote(answers: Sequence) -> object | None:
+    """The answer given most often, None (no answer) left out; a tie goes to the tied answer given first. None when
+    every answer is None."""
+    counts: dict = {}
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    if not counts:
+        return None
+    most = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == most)  # the first of the tied, in order given
+
+
+def best_of(answers: Sequence, scores: Sequence[float]) -> object:
+    """The answer whose score is highest (a verifier's); a tie goes to the first."""
+    if len(answers) != len(scores) or not answers:
+        raise ValueError(f"one score per answer, at least one: got {len(answers)} answers and {len(scores)} scores")
+    best = max(range(len(answers)), key=lambda i: (scores[i], -i))
+    return answers[best]
+
+
+def accuracy_at_n(
+    right: Sequence[Sequence[bool]],
+    n: int,
+    choose: Callable[[int, list[int]], int | None],
+    draws: int = 200,
+    seed: int = 0,
+    task: str = "",
+    metric: str = "",
+) -> Result:
+    """Accuracy when each item gets n samples and one is chosen, measured on the samples an item already has.
+
+    right[i][j] says whether item i's sample j is right. For each item, `draws` sets of n of its samples are drawn
+    without replacement (a seeded torch generator); choose(i, indices) returns the index of the sample it picks
+    from the set, or None to give no answer; the item scores the share of draws whose pick is right. With n equal to
+    an item's number of samples, every draw is the whole set.
+    """
+    if not right or any(len(r) < n for r in right) or n < 1:
+        raise ValueError(f"n must be between 1 and every item's number of samples, got n = {n}")
+    g = torch.Generator().manual_seed(seed)
+    scores = []
+    for i, item in enumerate(right):
+        hits = 0
+        for _ in range(draws):
+            indices = torch.randperm(len(item), generator=g)[:n].tolist()
+            picked = choose(i, indices)
+            if picked is not None and picked not in indices:
+                raise ValueError(f"choose must pick one of the indices it was given, got {picked} for {indices}")
+            hits += picked is not None and bool(item[picked])
+        scores.append(hits / draws)
+    return Result(task or "items", metric or f"accuracy with {n} samples", torch.tensor(scores, dtype=torch.float64))
 
 
 def rolling_windows(ids: Sequence[int], prefix_id: int, max_len: int) -> list[tuple[list[int], list[int]]]:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import corpus
+from . import corpus, reasoning
 from .alignment import (
     LearnedReward,
     RewardModel,
@@ -255,6 +255,18 @@ __all__ = [
     "ASSISTANT_RUNS",
     "assistant_runs_path",
     "load_assistant_runs",
+    "ADDITION_STEPS",
+    "ADDITION_BATCH",
+    "ADDITION_LONG_STEPS",
+    "ADDITION_START_STEPS",
+    "ADDITION_DIGITS",
+    "ADDITION_PROBLEMS",
+    "REASONING_GRPO",
+    "REASONING_SAMPLES",
+    "addition_scores",
+    "REASONING_RUNS",
+    "reasoning_runs_path",
+    "load_reasoning_runs",
     "RECIPES",
     "SEEDS",
     "MOE_SEEDS",
@@ -1343,6 +1355,87 @@ def load_speech_runs(path: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+# Chapter 21, a model that shows its work: one small model taught addition directly or with worked steps (tl.reasoning),
+# then GRPO with a program's reward from a scratchpad model stopped early. tools/reasoning_runs.py makes the runs.
+ADDITION_STEPS = 600  # the direct and scratchpad models: 600 AdamW steps of ADDITION_BATCH fresh problems (38,400)
+ADDITION_BATCH = 64
+ADDITION_LONG_STEPS = 2400  # the direct model again with four times the problems (153,600)
+ADDITION_START_STEPS = 400  # the scratchpad model reinforcement learning starts from: stopped early, partly right
+ADDITION_DIGITS = (1, 2, 3, 4, 5, 6)  # measured at each: 1 to 4 as trained, 5 and 6 longer than any trained on
+ADDITION_PROBLEMS = 200  # greedy accuracy: fresh problems at each number of digits, per seed
+REASONING_GRPO = {"steps": 150, "problems per step": 16, "group": 8, "lr": 1e-4, "beta": 0.04, "digits": (1, 4)}
+REASONING_SAMPLES = {"digits": (3, 4), "problems": 100, "samples": 16}  # pass@k, the vote and best-of-N
+
+
+def _addition(
+    style: str, steps: int | None = None, progress: bool = False, seed: int = 0, full: int = ADDITION_STEPS
+) -> tuple[nn.Module, History, dict]:
+    """A `style` model of tl.reasoning: `steps` (default `full`) steps of ADDITION_BATCH problems of 1 to 4 digits.
+    Its one evaluation, at the end: greedy accuracy on 100 problems of 3 and of 4 digits (seed 99's problems)."""
+    model = reasoning.arithmetic_lm(seed)
+    held_out = lambda m: {f"{d} digits": reasoning.accuracy(m, style, d, 100, seed=99).mean for d in (3, 4)}
+    history = reasoning.train(
+        model, style, steps or full, batch_size=ADDITION_BATCH, seed=seed, progress=progress, eval_fn=held_out
+    )
+    return model, history, {}
+
+
+def addition_scores(model: nn.Module, style: str, seed: int) -> dict[str, str]:
+    """Greedy right or wrong on ADDITION_PROBLEMS fresh problems at each of ADDITION_DIGITS (the seed's problems):
+    {"3 digits": "0110...", ...}, one character per problem, so that two models of a seed pair problem by problem."""
+    scores = {}
+    for d in ADDITION_DIGITS:
+        result = reasoning.accuracy(model, style, d, ADDITION_PROBLEMS, seed=seed)
+        scores[f"{d} digits"] = "".join(str(int(x)) for x in result.scores.tolist())
+    return scores
+
+
+def _reasoning_grpo(reward: str, seed: int = 0, steps: int | None = None) -> tuple[nn.Module, History, dict]:
+    """GRPO from the shipped addition_start with `reward` ("final answer" or "steps"), REASONING_GRPO's settings;
+    the extra holds the mean reward and answer length of each step's samples."""
+    from .checkpoints import load_checkpoint
+
+    policy, _ = load_checkpoint("addition_start")
+    reference, _ = load_checkpoint("addition_start")
+    rewards = {"final answer": reasoning.final_answer_reward, "steps": reasoning.steps_reward}
+    if reward not in rewards:
+        raise ValueError(f"reward must be one of {list(rewards)}, got {reward!r}")
+    cfg = REASONING_GRPO
+    history, by_step, lengths = reasoning.train_grpo(
+        policy, reference, rewards[reward], steps or cfg["steps"], digits=cfg["digits"],
+        problems_per_step=cfg["problems per step"], group=cfg["group"], beta=cfg["beta"], lr=cfg["lr"], seed=seed,
+    )  # fmt: skip
+    rounded = lambda xs: [round(x, 4) for x in xs]
+    return policy, history, {"reward by step": rounded(by_step), "length by step": rounded(lengths)}
+
+
+# name -> run(seed) -> (model, history, extra): tools/reasoning_runs.py's runs, over SEEDS
+REASONING_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
+    "scratchpad": lambda seed: _addition("scratchpad", seed=seed),
+    "direct": lambda seed: _addition("direct", seed=seed),
+    "direct, 4x the problems": lambda seed: _addition("direct", seed=seed, full=ADDITION_LONG_STEPS),
+    "grpo, final answer": lambda seed: _reasoning_grpo("final answer", seed),
+    "grpo, steps": lambda seed: _reasoning_grpo("steps", seed),
+}
+
+
+def reasoning_runs_path() -> Path:
+    """Where chapter 21's runs ship: transformer_lib/checkpoints/reasoning_runs.json (tools/reasoning_runs.py)."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    return CHECKPOINT_DIR / "reasoning_runs.json"
+
+
+def load_reasoning_runs(path: Path | None = None) -> dict:
+    """tools/reasoning_runs.py's file: {"runs": {name: [one record per seed]}, "start": [...], ...}."""
+    import json
+
+    path = path or reasoning_runs_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no reasoning runs at {path}; run `python tools/reasoning_runs.py`")
+    return json.loads(path.read_text())
+
+
 # Chapter 17, from a language model to an assistant. The base model is the shipped character model
 # (chapter 10's) with the chat template's three tokens added; every stage switches dropout off.
 SFT_STEPS = 400  # supervised fine-tuning: 400 AdamW steps of 64 exchanges (lr 1e-3, 50 warm-up steps)
@@ -2278,6 +2371,11 @@ RECIPES: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "assistant_grpo": lambda steps=None, progress=False: _assistant_grpo(steps, progress)[:2] + ({},),
     "telephone_wav2vec2": _telephone_wav2vec2,
     "plays_bart": _plays_bart,
+    "addition_scratchpad": lambda steps=None, progress=False: _addition("scratchpad", steps, progress),
+    "addition_direct": lambda steps=None, progress=False: _addition("direct", steps, progress),
+    "addition_start": lambda steps=None, progress=False: _addition(
+        "scratchpad", steps, progress, full=ADDITION_START_STEPS
+    ),
 }
 
 

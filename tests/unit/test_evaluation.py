@@ -99,3 +99,39 @@ def test_the_windows_are_those_lm_evaluation_harness_reads():
             theirs = [make_disjoint_window(w) for w in get_rolling_token_windows(ids, 7, max_len, 1)]
             theirs = [((context + scored)[:-1], scored) for context, scored in theirs]  # what the model reads
             assert rolling_windows(ids, 7, max_len) == theirs, (length, max_len)
+
+
+def test_the_majority_vote_leaves_out_no_answer_and_gives_a_tie_to_the_first_given():
+    from transformer_lib.evaluation import majority_vote
+
+    assert majority_vote([3, 5, 5, None, 3, None, None]) == 3  # 3 and 5 twice each: 3 came first; None never wins
+    assert majority_vote([None, 7, 5, 5]) == 5
+    assert majority_vote([None, None]) is None and majority_vote([]) is None
+
+
+def test_best_of_takes_the_highest_score_and_the_first_of_a_tie():
+    from transformer_lib.evaluation import best_of
+
+    assert best_of(["a", "b", "c"], [0.1, 0.9, 0.9]) == "b"
+    with pytest.raises(ValueError, match="one score per answer"):
+        best_of(["a"], [0.1, 0.2])
+
+
+def test_accuracy_at_n_measures_a_chooser_on_random_sets_of_an_items_samples():
+    from transformer_lib.evaluation import accuracy_at_n
+
+    right = [[True, False, False, False], [False] * 4, [True] * 4, [False, True, False, True]]
+    first = lambda i, indices: indices[0]  # one sample at random: the item's share of right samples
+    result = accuracy_at_n(right, 1, first, draws=4000)
+    assert torch.allclose(result.scores, torch.tensor([0.25, 0.0, 1.0, 0.5], dtype=torch.float64), atol=0.03)
+    # a perfect verifier picks a right sample whenever the set holds one: pass@n, whose unbiased estimate is exact
+    oracle = lambda i, indices: next((j for j in indices if right[i][j]), indices[0])
+    for n in (1, 2, 3, 4):
+        expected = tl.alignment.pass_at_k(4, [sum(r) for r in right], n)
+        assert torch.allclose(accuracy_at_n(right, n, oracle, draws=4000).scores, expected, atol=0.03), n
+    assert accuracy_at_n(right, 4, oracle, draws=3).scores.tolist() == [1.0, 0.0, 1.0, 1.0]  # the whole set each time
+    assert accuracy_at_n(right, 2, lambda i, indices: None).mean == 0.0  # no answer is never right
+    with pytest.raises(ValueError, match="one of the indices"):
+        accuracy_at_n(right, 2, lambda i, indices: 5)
+    with pytest.raises(ValueError, match="n must be between 1"):
+        accuracy_at_n(right, 5, first)
