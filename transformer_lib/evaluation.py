@@ -3,7 +3,9 @@
 A chapter's measurement is a list of items, each scored alone: 1 or 0 for an exact answer, the chance that
 one of k samples is right (pass@k), or a number of bits. `Result` keeps the per-item scores, so that two
 models measured on the same items can be compared pair by pair (`tl.evidence.compare`), and says its mean
-with a 95% bootstrap interval; `report` prints several results as one table.
+with a 95% bootstrap interval; `report` prints several results as one table; `run_lm_eval` hands a model
+exported to Hugging Face (`tl.hf.to_hf`) to EleutherAI's lm-evaluation-harness with task files of our own, so that
+the two can be compared item by item.
 
 - `exact_match`: the answer equals the target after an optional normalisation (stripping, lower-casing).
 - `pass_at_k` (from `tl.alignment`): the unbiased estimate from n samples of which c are right.
@@ -40,6 +42,7 @@ __all__ = [
     "rolling_windows",
     "bits_per_byte",
     "report",
+    "run_lm_eval",
 ]
 
 
@@ -178,3 +181,47 @@ def report(results: Sequence[Result]) -> str:
         rows.append((r.task, r.metric, str(r.scores.numel()), f"{r.mean:.4f}", f"{low:.4f} to {high:.4f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run_lm_eval(
+    model: nn.Module, tokenizer, tasks: dict[str, dict], docs: Sequence[dict], batch_size: int = 32
+) -> dict:
+    """Evaluate a Hugging Face causal language model with EleutherAI's lm-evaluation-harness (the `lm-eval` package,
+    in the test extra), in this process, on tasks of our own.
+
+    `tasks` maps each task's name to the fields of its YAML file (output_type, doc_to_text, metric_list, ...); every
+    task reads `docs`, written as one JSON line each to a file beside the YAML files in a temporary folder (the
+    dataset_path, data_files and test split are filled in here). `tokenizer` is a Hugging Face tokenizer
+    (`tl.hf.to_hf_tokenizer` for the book's character models). Returns lm-eval's output: "results" per task, and
+    "samples", every document's record (its requests' answers and its scores), in the documents' order.
+    """
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    if not docs or not tasks:
+        raise ValueError(f"run_lm_eval needs at least one task and one document, got {len(tasks)} and {len(docs)}")
+    with tempfile.TemporaryDirectory() as folder:
+        data = Path(folder) / "docs.jsonl"
+        data.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+        for name, fields in tasks.items():
+            task = {"task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
+                    "test_split": "test", **fields}  # fmt: skip
+            (Path(folder) / f"{name}.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
+        lm = HFLM(
+            pretrained=model,
+            tokenizer=tokenizer,
+            batch_size=batch_size,
+            max_length=getattr(model.config, "max_position_embeddings", None),
+        )
+        out = simple_evaluate(
+            model=lm, tasks=list(tasks), task_manager=TaskManager(include_path=folder), log_samples=True
+        )
+    for name in tasks:
+        out["samples"][name] = sorted(out["samples"][name], key=lambda record: record["doc_id"])
+    return out

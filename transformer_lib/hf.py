@@ -79,6 +79,7 @@ __all__ = [
     "gptj_config",
     "neox_config",
     "with_rotary_layout",
+    "to_hf_tokenizer",
 ]
 
 
@@ -1645,6 +1646,38 @@ def to_hf(ours: nn.Module) -> nn.Module:
         raise TypeError(f"to_hf takes one of {', '.join(k.__name__ for k in kinds)}, got {type(ours).__name__}")
     family = next(f for f in FAMILIES.values() if isinstance(ours, f.ours) and f.claims(ours.config))
     return family.save(ours)
+
+
+def to_hf_tokenizer(tok: CharTokenizer):
+    """The book's character tokenizer as a Hugging Face `PreTrainedTokenizerFast` with the same ids, so that tools
+    written for Hugging Face models (EleutherAI's lm-evaluation-harness) read an exported model's text as ours does.
+
+    Every character is one token (a word-level vocabulary over single characters, after a split into characters);
+    the four specials keep their ids and are recognised in text; encoding with special tokens puts <bos> first, as
+    `tok.encode(text, bos=True)` does; decoding joins the characters with nothing between them. Padding is <pad>.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if type(tok) is not CharTokenizer:
+        raise TypeError(f"to_hf_tokenizer takes a CharTokenizer, got {type(tok).__name__}")
+    pad, bos, eos, unk = (tok.itos[i] for i in (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id))
+    inner = Tokenizer(models.WordLevel(vocab=dict(tok.stoi), unk_token=unk))
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character its own token
+    inner.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.bos_id)])
+    inner.decoder = decoders.Fuse()  # characters joined as they are, no spaces between
+    theirs = PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=unk,
+        pad_token=pad,
+        clean_up_tokenization_spaces=False,
+    )
+    for text in ("".join(tok.itos[4:]), tok.itos[-1] * 3):  # the whole alphabet, and a repeated character
+        if theirs.encode(text, add_special_tokens=False) != tok.encode(text):
+            raise ValueError(f"the Hugging Face tokenizer splits {text!r} differently from ours")
+    return theirs
 
 
 # ---- CLIP: two pre-LN towers, causal text and ViT-like images, joined by cosine similarity --------------------------

@@ -16,6 +16,10 @@ answer's characters only). Only what they are taught to write differs.
   right answers from its wrong ones (a logistic loss on the program's verdicts, as Cobbe et al., 2021, trained
   theirs); `verifier_scores` reads its score for each answer.
 
+For EleutherAI's lm-evaluation-harness, `LM_EVAL_TASKS` are two task files' fields over `lm_eval_docs`: the
+log-likelihood of the right scratchpad (and whether greedy decoding would write it), and the greedy sum. The models
+have GPT-NeoX's shape, so `tl.hf.to_hf` exports them for it.
+
 Dropout is off in these models: the problems are fresh at every step, so nothing is seen twice to memorise.
 """
 
@@ -57,6 +61,8 @@ __all__ = [
     "train_grpo",
     "train_verifier",
     "verifier_scores",
+    "LM_EVAL_TASKS",
+    "lm_eval_docs",
 ]
 
 STYLES: dict[str, Callable[[int, int], str]] = {"direct": arithmetic.direct, "scratchpad": arithmetic.scratchpad}
@@ -70,7 +76,12 @@ def arithmetic_tokenizer() -> CharTokenizer:
 
 
 def arithmetic_lm(seed: int = 0) -> DecoderOnlyLM:
-    """3 pre-LN layers, d_model 128, 4 heads, rotary positions, tied embeddings, no dropout: 0.6 M weights."""
+    """3 pre-LN layers, d_model 128, 4 heads, rotary positions, GELU, tied embeddings, no dropout: 0.6 M weights.
+
+    The shape of GPT-NeoX (Pythia's), sequential rather than parallel, so that `tl.hf.to_hf` exports it to
+    `GPTNeoXForCausalLM` and EleutherAI's lm-evaluation-harness can read it. GPT-NeoX's output layer has no bias, so
+    ours starts at zero and no training here moves it (`train`, `train_grpo`).
+    """
     config = TransformerConfig(
         vocab_size=arithmetic_tokenizer().vocab_size,
         d_model=128,
@@ -83,10 +94,20 @@ def arithmetic_lm(seed: int = 0) -> DecoderOnlyLM:
         positional="rope",
         tie_embeddings=True,
         scale_embedding=False,
+        activation="gelu",
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return DecoderOnlyLM(config)
+        model = DecoderOnlyLM(config)
+    with torch.no_grad():
+        model.head.bias.zero_()
+    return _without_head_bias(model)
+
+
+def _without_head_bias(model: nn.Module) -> nn.Module:
+    """Hold the output layer's bias where it is (zero for these models): GPT-NeoX's output layer has none."""
+    model.head.bias.requires_grad_(False)
+    return model
 
 
 def _check_style(style: str) -> Callable[[int, int], str]:
@@ -133,12 +154,14 @@ def train(
     eval_every: int = 0,
 ) -> History:
     """Supervised training on fresh problems: `steps` AdamW steps of `batch_size` problems each, their numbers of
-    `digits` digits (drawn per number from random.Random(seed)), the loss on the answers in `style` only.
+    `digits` digits (drawn per number from random.Random(seed)), the loss on the answers in `style` only. The output
+    layer's bias is held where it is.
 
     The problems depend on the seed alone, so a direct and a scratchpad model of one seed see the same problems in
     the same order. The learning rate warms up over `warmup` steps, then decays (`fit`'s cosine).
     """
     _check_style(style)
+    _without_head_bias(model)
     tok = arithmetic_tokenizer()
     rng = random.Random(seed)
 
@@ -310,6 +333,7 @@ def train_grpo(
     `train_grpo_from_samples` with `sampled_groups`' samples: one AdamW step per sampling step, the loss
     `tl.alignment.grpo_loss` with group-relative advantages and a KL term (weight beta) to the frozen `reference`.
     """
+    _without_head_bias(policy)
     rewards: list[float] = []
     lengths: list[float] = []
     samples = sampled_groups(policy, reward, style, problems_per_step, group, digits, seed, rewards, lengths)
@@ -370,3 +394,38 @@ def verifier_scores(
                   for i in range(0, len(prompts), batch_size)]  # fmt: skip
     verifier.train(was_training)
     return torch.cat(scores)  # (N,)
+
+
+# EleutherAI's lm-evaluation-harness, reading a model exported with tl.hf.to_hf (tl.evaluation.run_lm_eval): two
+# task files' fields over lm_eval_docs. "acc" of a log-likelihood request is lm-eval's is_greedy: whether every
+# character of the right scratchpad, its END included, is the model's likeliest. The greedy task stops at END (which
+# lm-eval leaves out of the answer) and reads the sum after the last "=".
+LM_EVAL_TASKS: dict[str, dict] = {
+    "addition_scratchpad_likelihood": {
+        "output_type": "loglikelihood",
+        "doc_to_text": "{{problem}}",
+        "doc_to_target": "{{scratchpad}}",
+        "target_delimiter": "",
+        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+    },
+    "addition_greedy_sum": {
+        "output_type": "generate_until",
+        "doc_to_text": "{{problem}}",
+        "doc_to_target": "{{sum}}",
+        "target_delimiter": "",
+        "generation_kwargs": {"until": [arithmetic.END], "do_sample": False, "max_gen_toks": 64},
+        "filter_list": [
+            {
+                "name": "final-sum",
+                "filter": [{"function": "regex", "regex_pattern": r"=(\d+)$"}, {"function": "take_first"}],
+            }
+        ],
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+    },
+}
+
+
+def lm_eval_docs(pairs: Sequence[tuple[int, int]]) -> list[dict]:
+    """One lm-eval document per problem: {"problem": "a+b=", "scratchpad": the right worked answer, "sum": "a + b"}."""
+    return [{"problem": arithmetic.problem(a, b), "scratchpad": arithmetic.scratchpad(a, b), "sum": str(a + b)}
+            for a, b in pairs]  # fmt: skip

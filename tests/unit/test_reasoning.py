@@ -106,7 +106,7 @@ def test_training_on_one_digit_problems_learns_them_and_the_scratchpad_writes_it
 
 def test_grpo_samples_are_scored_by_the_reward_given():
     policy = R.arithmetic_lm(seed=0)
-    R.train(policy, "scratchpad", steps=40, batch_size=32, digits=(1, 1), lr=3e-3, warmup=10)  # partly right
+    R.train(policy, "scratchpad", steps=60, batch_size=32, digits=(1, 1), lr=3e-3, warmup=10)  # partly right
     rewards: list[float] = []
     lengths: list[float] = []
     ids, mask, scores = next(R.sampled_groups(policy, R.steps_reward, "scratchpad", 4, 4, 1, 0, rewards, lengths))
@@ -130,3 +130,33 @@ def test_grpo_learns_what_its_reward_pays_for():
     assert by_step[0] < 0.2 and sum(by_step[-10:]) / 10 > 0.8, by_step
     ref_answers = R.write(reference, R.arithmetic_tokenizer(), ["3+4="] * 64, "direct", 1.0, torch.Generator())
     assert sum(a.startswith("1") for a in ref_answers) < 16  # the reference stays where it started
+
+
+def test_the_models_export_to_gpt_neox_with_the_same_logits_after_training():
+    pytest.importorskip("transformers")
+    import transformer_lib as tl
+
+    model = R.arithmetic_lm(seed=2)
+    R.train(model, "scratchpad", steps=5, batch_size=8, digits=(1, 2))
+    assert model.head.bias.abs().max() == 0  # held at zero: GPT-NeoX's output layer has no bias
+    theirs = tl.hf.to_hf(model.eval())
+    assert type(theirs).__name__ == "GPTNeoXForCausalLM"
+    ids, _ = R.encode(R.arithmetic_tokenizer(), [(478, 356), (12, 9)], "scratchpad")
+    with torch.no_grad():
+        assert torch.allclose(model(ids), theirs(ids).logits, atol=1e-4)
+
+
+def test_the_hugging_face_tokenizer_gives_our_ids_and_text_back(tok):
+    pytest.importorskip("transformers")
+    import transformer_lib as tl
+
+    theirs = tl.hf.to_hf_tokenizer(tok)
+    for text in ("478+356=", "8+6+0=14;7+5+1=13;4+3+1=8;=834.", "0+0=", ""):
+        assert theirs.encode(text) == tok.encode(text, bos=True)  # <bos> first, as the models read a problem
+        assert theirs.encode(text, add_special_tokens=False) == tok.encode(text)
+        assert theirs.decode(tok.encode(text)) == text
+    assert theirs.encode("<bos>12+3=", add_special_tokens=False) == tok.encode("12+3=", bos=True)
+    assert theirs.encode("1x")[-1] == tok.unk_id  # a character outside the alphabet
+    assert (theirs.pad_token_id, theirs.bos_token_id, theirs.eos_token_id) == (tok.pad_id, tok.bos_id, tok.eos_id)
+    with pytest.raises(TypeError, match="takes a CharTokenizer"):
+        tl.hf.to_hf_tokenizer(tl.WordTokenizer(["a"]))
