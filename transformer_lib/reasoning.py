@@ -62,6 +62,7 @@ __all__ = [
     "train_verifier",
     "verifier_scores",
     "LM_EVAL_TASKS",
+    "LM_EVAL_MAX_NEW",
     "lm_eval_docs",
 ]
 
@@ -201,8 +202,10 @@ def write(
     style: str,
     temperature: float = 0.0,
     rng: torch.Generator | None = None,
+    budget: int | None = None,
 ) -> list[str]:
-    """Each prompt's answer as text, up to and including END (cut at `answer_budget` when END never comes).
+    """Each prompt's answer as text, up to and including END (cut after `budget` new characters when END never comes;
+    by default `answer_budget`'s for the problem).
 
     Greedy at temperature 0, sampled otherwise (rng: a generator on the model's device). Prompts of one length
     decode together; a prompt repeated n times in `prompts` gets n samples.
@@ -214,16 +217,17 @@ def write(
     out = [""] * len(prompts)
     end = tok.encode(arithmetic.END)[0]
     for length, rows in groups.items():
-        budget = answer_budget(prompts[rows[0]], style)
+        allowed = budget or answer_budget(prompts[rows[0]], style)
         ids = torch.tensor([tok.encode(prompts[i], bos=True) for i in rows], device=device)  # (n, length + 1)
-        if ids.shape[1] + budget > model.config.max_len:
+        if ids.shape[1] + allowed > model.config.max_len:
             raise ValueError(
-                f"a problem of {length} characters needs up to {budget} more, beyond the model's {model.config.max_len}"
+                f"a problem of {length} characters needs up to {allowed} more, "
+                f"beyond the model's {model.config.max_len}"
             )
         was_training = model.training
         model.eval()
         with torch.no_grad():
-            written = generate(model, ids, budget, temperature=temperature, rng=rng)[:, ids.shape[1] :]  # (n, budget)
+            written = generate(model, ids, allowed, temperature=temperature, rng=rng)[:, ids.shape[1] :]  # (n, allowed)
         model.train(was_training)
         for i, row in zip(rows, written.tolist()):
             out[i] = tok.decode(row[: row.index(end) + 1] if end in row else row, stop_at_eos=False)
@@ -356,8 +360,8 @@ def train_verifier(
     progress: bool = False,
 ) -> History:
     """Teach `verifier` which answers are right: `steps` AdamW steps of `batch_size` (problem, answer) pairs drawn at
-    random (random.Random(seed)), the loss binary cross-entropy between its score (a logit) and the verdict. Dropout
-    is switched off. Returns the History."""
+    random (random.Random(seed)), the loss binary cross-entropy between its score (a logit) and the program's verdict,
+    as Cobbe et al. (2021) trained theirs. Dropout is switched off. Returns the History."""
     if not len(prompts) == len(answers) == len(right) or not prompts:
         raise ValueError(f"one answer and one verdict per problem, at least one: got {len(prompts)}, {len(answers)}, "
                          f"{len(right)}")  # fmt: skip
@@ -396,6 +400,8 @@ def verifier_scores(
     return torch.cat(scores)  # (N,)
 
 
+LM_EVAL_MAX_NEW = 64  # lm-eval's greedy task writes at most this many characters (`write(budget=...)` to match it)
+
 # EleutherAI's lm-evaluation-harness, reading a model exported with tl.hf.to_hf (tl.evaluation.run_lm_eval): two
 # task files' fields over lm_eval_docs. "acc" of a log-likelihood request is lm-eval's is_greedy: whether every
 # character of the right scratchpad, its END included, is the model's likeliest. The greedy task stops at END (which
@@ -413,7 +419,7 @@ LM_EVAL_TASKS: dict[str, dict] = {
         "doc_to_text": "{{problem}}",
         "doc_to_target": "{{sum}}",
         "target_delimiter": "",
-        "generation_kwargs": {"until": [arithmetic.END], "do_sample": False, "max_gen_toks": 64},
+        "generation_kwargs": {"until": [arithmetic.END], "do_sample": False, "max_gen_toks": LM_EVAL_MAX_NEW},
         "filter_list": [
             {
                 "name": "final-sum",

@@ -263,6 +263,11 @@ __all__ = [
     "ADDITION_PROBLEMS",
     "REASONING_GRPO",
     "REASONING_SAMPLES",
+    "REASONING_VERIFIER",
+    "VERIFIER_PROBLEM_SEED",
+    "LM_EVAL_PROBLEMS",
+    "reasoning_grpo",
+    "reasoning_verifier",
     "addition_scores",
     "REASONING_RUNS",
     "reasoning_runs_path",
@@ -1363,8 +1368,14 @@ ADDITION_LONG_STEPS = 2400  # the direct model again with four times the problem
 ADDITION_START_STEPS = 400  # the scratchpad model reinforcement learning starts from: stopped early, partly right
 ADDITION_DIGITS = (1, 2, 3, 4, 5, 6)  # measured at each: 1 to 4 as trained, 5 and 6 longer than any trained on
 ADDITION_PROBLEMS = 200  # greedy accuracy: fresh problems at each number of digits, per seed
-REASONING_GRPO = {"steps": 150, "problems per step": 16, "group": 8, "lr": 1e-4, "beta": 0.04, "digits": (1, 4)}
+REASONING_GRPO = {"steps": 150, "problems per step": 16, "group": 8, "lr": 1e-4, "beta": 0.04, "digits": (3, 4)}
 REASONING_SAMPLES = {"digits": (3, 4), "problems": 100, "samples": 16}  # pass@k, the vote and best-of-N
+# the learned verifier: trained on the start model's samples of other problems (`samples` answers to each of `problems`
+# problems of each number of `digits`, drawn from random.Random(VERIFIER_PROBLEM_SEED + seed)), then scoring the
+# REASONING_SAMPLES draws of the same seed
+REASONING_VERIFIER = {"digits": (3, 4), "problems": 1500, "samples": 4, "steps": 800, "lr": 3e-4}
+VERIFIER_PROBLEM_SEED = 10_000
+LM_EVAL_PROBLEMS = {"digits": (3, 4), "problems": 200, "seed": 21}  # lm-evaluation-harness's run on addition_start
 
 
 def _addition(
@@ -1390,7 +1401,7 @@ def addition_scores(model: nn.Module, style: str, seed: int) -> dict[str, str]:
     return scores
 
 
-def _reasoning_grpo(reward: str, seed: int = 0, steps: int | None = None) -> tuple[nn.Module, History, dict]:
+def reasoning_grpo(reward: str, seed: int = 0, steps: int | None = None) -> tuple[nn.Module, History, dict]:
     """GRPO from the shipped addition_start with `reward` ("final answer" or "steps"), REASONING_GRPO's settings;
     the extra holds the mean reward and answer length of each step's samples."""
     from .checkpoints import load_checkpoint
@@ -1409,13 +1420,41 @@ def _reasoning_grpo(reward: str, seed: int = 0, steps: int | None = None) -> tup
     return policy, history, {"reward by step": rounded(by_step), "length by step": rounded(lengths)}
 
 
+def reasoning_verifier(seed: int = 0) -> tuple[nn.Module, History, dict]:
+    """The learned verifier of chapter 21 (REASONING_VERIFIER): the shipped addition_start's body with a scalar head
+    (alignment.RewardModel), trained by reasoning.train_verifier on addition_start's own samples at temperature 1 of
+    problems from random.Random(VERIFIER_PROBLEM_SEED + seed), each labelled by the program (is_right). The extra
+    holds the share of right samples it was trained on."""
+    import random
+
+    from . import arithmetic
+    from .checkpoints import load_checkpoint
+
+    start, _ = load_checkpoint("addition_start")
+    cfg = REASONING_VERIFIER
+    problem_rng = random.Random(VERIFIER_PROBLEM_SEED + seed)
+    prompts = [
+        arithmetic.problem(a, b)
+        for d in cfg["digits"]
+        for a, b in arithmetic.random_problems(cfg["problems"], d, problem_rng)
+    ]
+    repeated = [p for p in prompts for _ in range(cfg["samples"])]
+    g = torch.Generator().manual_seed(VERIFIER_PROBLEM_SEED + seed)
+    answers = reasoning.write(start, reasoning.arithmetic_tokenizer(), repeated, "scratchpad", temperature=1.0, rng=g)
+    right = [arithmetic.is_right(p, a) for p, a in zip(repeated, answers)]
+    body, _ = load_checkpoint("addition_start")
+    verifier = RewardModel(body)
+    history = reasoning.train_verifier(verifier, repeated, answers, right, cfg["steps"], lr=cfg["lr"], seed=seed)
+    return verifier, history, {"right share": round(sum(right) / len(right), 4)}
+
+
 # name -> run(seed) -> (model, history, extra): tools/reasoning_runs.py's runs, over SEEDS
 REASONING_RUNS: dict[str, Callable[..., tuple[nn.Module, History, dict]]] = {
     "scratchpad": lambda seed: _addition("scratchpad", seed=seed),
     "direct": lambda seed: _addition("direct", seed=seed),
     "direct, 4x the problems": lambda seed: _addition("direct", seed=seed, full=ADDITION_LONG_STEPS),
-    "grpo, final answer": lambda seed: _reasoning_grpo("final answer", seed),
-    "grpo, steps": lambda seed: _reasoning_grpo("steps", seed),
+    "grpo, final answer": lambda seed: reasoning_grpo("final answer", seed),
+    "grpo, steps": lambda seed: reasoning_grpo("steps", seed),
 }
 
 

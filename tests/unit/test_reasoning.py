@@ -160,3 +160,25 @@ def test_the_hugging_face_tokenizer_gives_our_ids_and_text_back(tok):
     assert (theirs.pad_token_id, theirs.bos_token_id, theirs.eos_token_id) == (tok.pad_id, tok.bos_id, tok.eos_id)
     with pytest.raises(TypeError, match="takes a CharTokenizer"):
         tl.hf.to_hf_tokenizer(tl.WordTokenizer(["a"]))
+
+
+def test_a_verifier_learns_the_programs_verdicts():
+    from transformer_lib.alignment import RewardModel
+
+    rng = random.Random(0)
+    pairs = ar.random_problems(200, 1, rng)
+    prompts = [ar.problem(a, b) for a, b in pairs]
+    # half the answers right, half with the final sum one too large (the steps right)
+    answers = [ar.scratchpad(a, b) if i % 2 else ar.scratchpad(a, b).replace(f"={a + b}.", f"={a + b + 1}.")
+               for i, (a, b) in enumerate(pairs)]  # fmt: skip
+    right = [ar.is_right(p, a) for p, a in zip(prompts, answers)]
+    assert sum(right) == 100
+    verifier = RewardModel(R.arithmetic_lm(seed=0))
+    history = R.train_verifier(verifier, prompts, answers, right, steps=80, lr=1e-3, seed=0)
+    verifier.train()
+    scores = R.verifier_scores(verifier, prompts, answers, batch_size=64)  # four batches: the pieces joined in order
+    assert scores.shape == (200,) and verifier.training  # verifier_scores leaves the mode as it found it
+    assert ((scores > 0) == torch.tensor(right)).float().mean() > 0.9
+    assert sum(history.losses[-10:]) / 10 < 0.5 * history.losses[0]
+    with pytest.raises(ValueError, match="one answer and one verdict"):
+        R.train_verifier(verifier, prompts, answers[:-1], right, steps=1)

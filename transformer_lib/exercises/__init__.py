@@ -31,6 +31,7 @@ from .ch17_assistant import *  # noqa: F403
 from .ch18_wav2vec2_and_bart import *  # noqa: F403
 from .ch19_sound_tokens_and_clip import *  # noqa: F403
 from .ch20_attention_at_scale import *  # noqa: F403
+from .ch21_showing_its_work import *  # noqa: F403
 
 _CHAPTERS = sorted(name for name in sys.modules if name.startswith(f"{__name__}.ch"))  # the modules imported above
 __all__ = ["CORRECT", "NotYetDone", *(name for chapter in _CHAPTERS for name in sys.modules[chapter].__all__)]
