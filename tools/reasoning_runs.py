@@ -72,6 +72,9 @@ def verifier_record(seed: int, start_record: dict) -> dict:
         _, answers = reasoning.sample_answers(  # the same draws again, now as text, for the verifier to read
             load_checkpoint("addition_start")[0], "scratchpad", int(key.split()[0]), len(prompts), samples, seed=seed
         )
+        again = [[arithmetic.final_answer(a) for a in group] for group in answers]
+        if again != drawn["sums"]:
+            raise RuntimeError(f"the start model's {key} samples of seed {seed} came out other than the record's")
         flat = reasoning.verifier_scores(verifier, [p for p in prompts for _ in range(samples)], sum(answers, []))
         scores[key] = [[round(x, 4) for x in row] for row in flat.view(len(prompts), samples).tolist()]
     return {"seed": seed, "seconds": round(history.seconds, 1), "last loss": round(sum(history.losses[-20:]) / 20, 4),

@@ -1361,11 +1361,11 @@ def load_speech_runs(path: Path | None = None) -> dict:
 
 
 # Chapter 21, a model that shows its work: one small model taught addition directly or with worked steps (tl.reasoning),
-# then GRPO with a program's reward from a scratchpad model stopped early. tools/reasoning_runs.py makes the runs.
+# then GRPO with a program's reward from a shorter scratchpad run. tools/reasoning_runs.py makes the runs.
 ADDITION_STEPS = 600  # the direct and scratchpad models: 600 AdamW steps of ADDITION_BATCH fresh problems (38,400)
 ADDITION_BATCH = 64
 ADDITION_LONG_STEPS = 2400  # the direct model again with four times the problems (153,600)
-ADDITION_START_STEPS = 400  # the scratchpad model reinforcement learning starts from: stopped early, partly right
+ADDITION_START_STEPS = 400  # the scratchpad model GRPO starts from: a 400-step run (its own schedule), partly right
 ADDITION_DIGITS = (1, 2, 3, 4, 5, 6)  # measured at each: 1 to 4 as trained, 5 and 6 longer than any trained on
 ADDITION_PROBLEMS = 200  # greedy accuracy: fresh problems at each number of digits, per seed
 REASONING_GRPO = {"steps": 150, "problems per step": 16, "group": 8, "lr": 1e-4, "beta": 0.04, "digits": (3, 4)}
