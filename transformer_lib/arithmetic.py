@@ -1,9 +1,10 @@
 """Addition written out: problems a program makes and checks, answered directly or with worked steps (a scratchpad).
 
 The task of the book's reasoning chapter. A problem is two numbers and a plus sign, `"478+356="`. The direct answer is
-the sum, `"834"`. The scratchpad answer works column by column from the right, as a pupil does, and ends with the sum:
+the sum and an end mark, `"834."`. The scratchpad answer works column by column from the right, as a pupil does, and
+ends with the sum:
 
-    "8+6+0=14;7+5+1=13;4+3+1=8;=834"
+    "8+6+0=14;7+5+1=13;4+3+1=8;=834."
 
 Each step reads the two digits of a column and the carry in, and writes their sum (whose last digit is the column's
 digit and whose tens are the carry out); after the last column, `=` and the sum, read from the steps. A model that

@@ -20,7 +20,8 @@ For EleutherAI's lm-evaluation-harness, `LM_EVAL_TASKS` are two task files' fiel
 log-likelihood of the right scratchpad (and whether greedy decoding would write it), and the greedy sum. The models
 have GPT-NeoX's shape, so `tl.hf.to_hf` exports them for it.
 
-Dropout is off in these models: the problems are fresh at every step, so nothing is seen twice to memorise.
+Dropout is off in these models: the problems are drawn afresh at every step, so few of them (only the shortest)
+repeat.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ __all__ = [
 
 STYLES: dict[str, Callable[[int, int], str]] = {"direct": arithmetic.direct, "scratchpad": arithmetic.scratchpad}
 TRAIN_DIGITS = (1, 4)  # each number of a training problem has 1 to 4 digits; 5 and more are never seen
-MAX_LEN = 128  # positions: a 9-digit scratchpad problem (20 + 94 characters) fits
+MAX_LEN = 128  # positions: a 9-digit problem (<bos> and 20 characters) and its scratchpad budget (93 + 4) fit
 
 
 def arithmetic_tokenizer() -> CharTokenizer:
@@ -205,7 +206,7 @@ def write(
     budget: int | None = None,
 ) -> list[str]:
     """Each prompt's answer as text, up to and including END (cut after `budget` new characters when END never comes;
-    by default `answer_budget`'s for the problem).
+    by default the largest `answer_budget` among the prompts of its length).
 
     Greedy at temperature 0, sampled otherwise (rng: a generator on the model's device). Prompts of one length
     decode together; a prompt repeated n times in `prompts` gets n samples.
@@ -213,11 +214,11 @@ def write(
     device = next(model.parameters()).device
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
-        groups.setdefault(len(p), []).append(i)  # problems of one length share a budget, too
+        groups.setdefault(len(p), []).append(i)  # problems of one length decode together, with one budget
     out = [""] * len(prompts)
     end = tok.encode(arithmetic.END)[0]
     for length, rows in groups.items():
-        allowed = budget or answer_budget(prompts[rows[0]], style)
+        allowed = budget or max(answer_budget(prompts[i], style) for i in rows)
         ids = torch.tensor([tok.encode(prompts[i], bos=True) for i in rows], device=device)  # (n, length + 1)
         if ids.shape[1] + allowed > model.config.max_len:
             raise ValueError(
