@@ -13,8 +13,9 @@ answer's characters only). Only what they are taught to write differs.
   `final_answer_reward` pays for the right sum only, `steps_reward` only for a right sum reached by right steps.
   `train_grpo` runs the book's GRPO (`tl.alignment.train_grpo_from_samples`) on them.
 - A learned verifier for best-of-N: `train_verifier` teaches a `tl.alignment.RewardModel` to tell the model's own
-  right answers from its wrong ones (a logistic loss on the program's verdicts, as Cobbe et al., 2021, trained
-  theirs); `verifier_scores` reads its score for each answer.
+  right answers from its wrong ones (a logistic loss on the program's verdicts, read at the answer's last token;
+  Cobbe et al., 2021, labelled their verifier's samples the same way); `verifier_scores` reads its score for each
+  answer.
 
 For EleutherAI's lm-evaluation-harness, `LM_EVAL_TASKS` are two task files' fields over `lm_eval_docs`: the
 log-likelihood of the right scratchpad (and whether greedy decoding would write it), and the greedy sum. The models
@@ -80,9 +81,10 @@ def arithmetic_tokenizer() -> CharTokenizer:
 def arithmetic_lm(seed: int = 0) -> DecoderOnlyLM:
     """3 pre-LN layers, d_model 128, 4 heads, rotary positions, GELU, tied embeddings, no dropout: 0.6 M weights.
 
-    The shape of GPT-NeoX (Pythia's), sequential rather than parallel, so that `tl.hf.to_hf` exports it to
-    `GPTNeoXForCausalLM` and EleutherAI's lm-evaluation-harness can read it. GPT-NeoX's output layer has no bias, so
-    ours starts at zero and no training here moves it (`train`, `train_grpo`).
+    It fits Hugging Face's `GPTNeoXForCausalLM` configured sequential rather than parallel, with tied embeddings and
+    every dimension rotary, so that `tl.hf.to_hf` exports it and EleutherAI's lm-evaluation-harness can read it.
+    GPT-NeoX's output layer has no bias, so ours starts at zero and no training here moves it (`train`,
+    `train_grpo`).
     """
     config = TransformerConfig(
         vocab_size=arithmetic_tokenizer().vocab_size,
@@ -361,8 +363,8 @@ def train_verifier(
     progress: bool = False,
 ) -> History:
     """Teach `verifier` which answers are right: `steps` AdamW steps of `batch_size` (problem, answer) pairs drawn at
-    random (random.Random(seed)), the loss binary cross-entropy between its score (a logit) and the program's verdict,
-    as Cobbe et al. (2021) trained theirs. Dropout is switched off. Returns the History."""
+    random (random.Random(seed)), the loss binary cross-entropy between its score (a logit) and the program's
+    verdict. Dropout is switched off. Returns the History."""
     if not len(prompts) == len(answers) == len(right) or not prompts:
         raise ValueError(f"one answer and one verdict per problem, at least one: got {len(prompts)}, {len(answers)}, "
                          f"{len(right)}")  # fmt: skip

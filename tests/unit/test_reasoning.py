@@ -93,6 +93,7 @@ def test_accuracy_pairs_two_models_on_the_same_problems_and_scores_each():
     assert set(first.scores.tolist()) <= {0.0, 1.0} and first.task == "2-digit addition, direct"
 
 
+@pytest.mark.slow  # trains a model for seconds: make test runs it, make check does not
 def test_training_on_one_digit_problems_learns_them_and_the_scratchpad_writes_its_steps():
     # both styles on 1-digit problems for 150 steps: 100 problems in all, so each is seen many times
     for style in R.STYLES:
@@ -104,6 +105,7 @@ def test_training_on_one_digit_problems_learns_them_and_the_scratchpad_writes_it
     assert pad == ar.scratchpad(7, 8)
 
 
+@pytest.mark.slow  # trains a model for seconds: make test runs it, make check does not
 def test_grpo_samples_are_scored_by_the_reward_given():
     policy = R.arithmetic_lm(seed=0)
     R.train(policy, "scratchpad", steps=60, batch_size=32, digits=(1, 1), lr=3e-3, warmup=10)  # partly right
@@ -120,6 +122,7 @@ def test_grpo_samples_are_scored_by_the_reward_given():
     assert rewards == [scores.mean().item()] and lengths == [sum(map(len, answers)) / len(answers)]
 
 
+@pytest.mark.slow  # trains a model for seconds: make test runs it, make check does not
 def test_grpo_learns_what_its_reward_pays_for():
     # an untrained model, paid for answers that begin with "1": about 1 in 18 at first
     policy = R.arithmetic_lm(seed=0)
@@ -132,6 +135,7 @@ def test_grpo_learns_what_its_reward_pays_for():
     assert sum(a.startswith("1") for a in ref_answers) < 16  # the reference stays where it started
 
 
+@pytest.mark.slow  # trains a model for seconds: make test runs it, make check does not
 def test_the_models_export_to_gpt_neox_with_the_same_logits_after_training():
     pytest.importorskip("transformers")
     import transformer_lib as tl
@@ -162,6 +166,7 @@ def test_the_hugging_face_tokenizer_gives_our_ids_and_text_back(tok):
         tl.hf.to_hf_tokenizer(tl.WordTokenizer(["a"]))
 
 
+@pytest.mark.slow  # trains a model for seconds: make test runs it, make check does not
 def test_a_verifier_learns_the_programs_verdicts():
     from transformer_lib.alignment import RewardModel
 

@@ -283,6 +283,7 @@ def greedy_accuracy(model, style, pairs):
     return sum(arithmetic.is_right(p, w) for p, w in zip(problems, written)) / len(pairs)
 
 
+@pytest.mark.slow  # loads the shipped models and writes answers: seconds
 def test_greedy_accuracy_solution_passes():
     assert ex21.check_greedy_accuracy(greedy_accuracy) == CORRECT
 
@@ -295,6 +296,7 @@ def _sampled(model, style, pairs):
     return sum(arithmetic.is_right(p, w) for p, w in zip(problems, written)) / len(pairs)
 
 
+@pytest.mark.slow  # loads the shipped models and writes answers: seconds
 @pytest.mark.parametrize(
     ("mistake", "answer"),
     [
@@ -311,11 +313,13 @@ def test_greedy_accuracy_mistakes_are_named(mistake, answer):
     rejected_as(ex21.check_greedy_accuracy(answer), mistake)
 
 
+@pytest.mark.slow  # loads the shipped models and writes answers: seconds
 def test_greedy_accuracy_sampled_is_named_or_far_off():
     verdict = ex21.check_greedy_accuracy(_sampled)
     assert verdict != CORRECT and verdict.mistake in ("sampled", "wrong")  # sampling moves the share, or repeats badly
 
 
+@pytest.mark.slow  # loads the shipped models and writes answers: seconds
 @pytest.mark.parametrize(
     "answer",
     [
