@@ -330,3 +330,21 @@ def test_greedy_accuracy_sampled_is_named_or_far_off():
 )
 def test_greedy_accuracy_other_routes_pass(answer):
     assert ex21.check_greedy_accuracy(answer) == CORRECT
+
+
+# ---- answers right for one input only ----------------------------------------------------------------------------
+
+
+def test_answers_right_for_one_input_only_fail():
+    # the vote right only on lists of five answers (the first case), the first answer given elsewhere
+    rejected_as(ex21.check_majority_vote(lambda answers: majority_vote(answers) if len(answers) == 5 else answers[0]),
+                "wrong")  # fmt: skip
+    # the steps checked only for the chapter's example problem, every other answer accepted
+    assert ex21.check_steps(lambda p, a: check_steps(p, a) if p == "478+356=" else True) != CORRECT
+
+
+@pytest.mark.slow  # loads the shipped models and writes answers: seconds
+def test_greedy_accuracy_measured_for_one_model_only_fails():
+    # measured for the direct model only, a typed 0.5 for the scratchpad ones
+    answer = lambda m, s, pairs: greedy_accuracy(m, s, pairs) if s == "direct" else 0.5
+    rejected_as(ex21.check_greedy_accuracy(answer), "wrong")
