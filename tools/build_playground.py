@@ -20,7 +20,8 @@ the pages' own JavaScript and their defaults.json):
                     models (assistant_*_step.onnx, int8 where it agrees: the page "Three models, one prompt"),
                     chapter 18's BART (plays_bart.onnx: the page "Mend the line"), and chapter 19's VioLA as a
                     step model and its codec's decoder (hear_keys_viola_step.onnx, hear_keys_codec.onnx: the page
-                    "Hear the keys")
+                    "Hear the keys"), and chapter 21's three addition models as step models
+                    (think_{scratchpad,start,direct}_step.onnx: the page "Watch it think")
     models/meta.json    vocabularies and their special tokens' ids, lengths, file sizes, the bracket
                         head that tracks partners, the patterns that split a line into BERT's words,
                         the held-out digits the ViT's page can load, and each model's int8 trial ("int8")
@@ -33,11 +34,13 @@ the pages' own JavaScript and their defaults.json):
                     models' greedy answers (ids and text) to fixed user lines, with the right answer by program,
                     BART's beam-search candidates on lines with a gap, at every beam width the page offers, and
                     VioLA's codes for fixed keys, temperatures and seeds (sampled with the page's own seeded
-                    numbers), the codec's waveform of them, the Goertzel decoder's reading and one spectrogram
+                    numbers), the codec's waveform of them, the Goertzel decoder's reading and one spectrogram, and the
+                    addition models' greedy answers to fixed problems and their samples for fixed seeds (with the
+                    page's seeded numbers), the program's verdicts and the vote
 
 Each page and its model has its module in tools/playground_build/ (numbers_to_words, language_model, masks,
-brackets, inside and ablation for one page, fill_blank, draw_digit, assistant with three models, mend_line, and
-hear_keys with two); what
+brackets, inside and ablation for one page, fill_blank, draw_digit, assistant with three models, mend_line,
+hear_keys with two, and watch_think with three); what
 they share is playground_build/common.py: the pages' defaults, which the build reads from
 book/_static/playground/defaults.json as the pages do, the check of every file against PyTorch in onnxruntime before
 it is written out (a step model's call by call), the greedy decoding of the step models, and the int8 trial that
@@ -66,6 +69,7 @@ from playground_build import (
     masks,
     mend_line,
     numbers_to_words,
+    watch_think,
 )
 from playground_build.common import ROOT
 
@@ -113,11 +117,14 @@ def main() -> int:
     meta.update(assistants)
     voices, expected["hear_keys"] = hear_keys.build(models)  # two files for one page: VioLA and the codec's decoder
     meta.update(voices)
+    thinkers, expected["watch_think"] = watch_think.build(models)  # three models for one page, one file each
+    meta.update(thinkers)
     keys = ["numbers_to_words", "shakespeare_char", "masks", "bracket_classifier", "inside", "inside_ablation"]
     keys += ["fill_blank", "draw_digit"]
     keys += list(assistants)
     keys += ["mend_line"]
     keys += list(voices)
+    keys += list(thinkers)
     for key in keys:
         meta[key]["bytes"] = (models / meta[key]["file"]).stat().st_size
     meta["runtime_bytes"] = sum((vendor / f).stat().st_size for f in RUNTIME)

@@ -29,6 +29,7 @@ from playground_build import (
     masks,
     mend_line,
     numbers_to_words,
+    watch_think,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ DEFAULTS = ROOT / "book" / "_static" / "playground" / "defaults.json"
 PAGES = ROOT / "book" / "playground"
 SCRIPTS = ROOT / "book" / "_static" / "playground"
 MODULES = [numbers_to_words, language_model, masks, brackets, inside, ablation, fill_blank, draw_digit, assistant]
-MODULES += [mend_line, hear_keys]  # mend_line after fill_blank, whose patterns it reads
+MODULES += [mend_line, hear_keys, watch_think]  # mend_line after fill_blank, whose patterns it reads
 
 
 def _defaults() -> dict:
@@ -59,6 +60,7 @@ def _build_inputs() -> dict:
         "assistant": (assistant.EXAMPLES[0], assistant.LINES[0]),
         "mend": (mend_line.LINES["default"], mend_line.PAGE["mend-beam"]),
         "hear": (hear_keys.DEFAULT, hear_keys.CASES[0]),
+        "think": (watch_think.EXAMPLES[0], watch_think.PROBLEMS[0], watch_think.DEFAULT, watch_think.CASES[0]),
     }
 
 
@@ -66,6 +68,8 @@ def _expected_inputs(d: dict) -> dict:
     """What the build must record answers for, given the defaults file's content `d`."""
     lm, m, h = d["language_model"], d["masks"], d["hear_keys"]
     hear = (h["hear-keys"], float(h["hear-temperature"]), h["hear-seed"])
+    w = d["watch_think"]
+    think = (w["think-problem"], w["think-model"], int(w["think-samples"]), w["think-seed"])
     return {
         "numbers": d["numbers"]["numbers-input"],
         "prompt": (lm["lm-prompt"], lm["lm-length"]),
@@ -86,6 +90,7 @@ def _expected_inputs(d: dict) -> dict:
         "assistant": (d["assistant"]["assistant-line"], d["assistant"]["assistant-line"]),
         "mend": (d["mend_line"]["mend-text"], d["mend_line"]["mend-beam"]),
         "hear": (hear, hear),  # the default case is the first one recorded
+        "think": (w["think-problem"], w["think-problem"], think, think),  # the default problem and case, first
     }
 
 
@@ -111,6 +116,9 @@ def test_the_build_reads_its_defaults_from_the_file_not_from_constants(tmp_path,
     d["assistant"]["assistant-line"] = "shout sweet"
     d["mend_line"].update({"mend-text": "Come, ___ me your hand.", "mend-beam": "2"})
     d["hear_keys"].update({"hear-keys": "911", "hear-temperature": "0.8", "hear-seed": 3})
+    d["watch_think"].update(
+        {"think-problem": "12+34", "think-model": "think_direct", "think-samples": "4", "think-seed": 9}
+    )
     other = tmp_path / "defaults.json"
     other.write_text(json.dumps(d), encoding="utf-8")
     monkeypatch.setattr(common, "DEFAULTS", other)
@@ -213,6 +221,15 @@ def _masks_quote(m: dict) -> str:
         ("assistant", lambda d: f"**The line the page opens with**, `{d['assistant']['assistant-line']}`."),
         ("mend_line", lambda d: f"**The line the page opens with**, `{d['mend_line']['mend-text']}`,"),
         ("mend_line", lambda d: f"With a beam of {d['mend_line']['mend-beam']} the best line"),
+        ("watch_think", lambda d: f"**The problem the page opens with**, `{d['watch_think']['think-problem']}`,"),
+        (
+            "watch_think",
+            lambda d: (
+                f"{['One', 'Four', 'Eight', 'Sixteen'][[1, 4, 8, 16].index(int(d['watch_think']['think-samples']))]} "
+                f"samples of the {d['watch_think']['think-model'].removeprefix('think_')} model "
+                f"(seed {d['watch_think']['think-seed']})"
+            ),
+        ),
         (
             "hear_keys",
             lambda d: (

@@ -40,6 +40,10 @@ PAGES = {
     # the model and the codec's decoder on one page; its clips, messages, keyboard use and sound: test_hear_keys.py
     "hear_keys_viola": "hear_keys",
     "hear_keys_codec": "hear_keys",
+    # three addition models on one page, one file each; their answers, samples, vote, messages: test_watch_think.py
+    "think_scratchpad": "watch_think",
+    "think_start": "watch_think",
+    "think_direct": "watch_think",
 }
 ANSWERED = (
     "key => window.playgroundTimings && window.playgroundTimings[key] && "
@@ -558,6 +562,9 @@ STATUS = {
     "mend_line": "#mend-status",
     "hear_keys_viola": "#hear-status",
     "hear_keys_codec": "#hear-status",
+    "think_scratchpad": "#think-status",
+    "think_start": "#think-status",
+    "think_direct": "#think-status",
 }
 # Another page's model: onnxruntime loads it, but the page cannot run it (other inputs than the page feeds)
 WRONG_MODEL = {
@@ -575,6 +582,9 @@ WRONG_MODEL = {
     "mend_line": "fill_blank",  # the numbers model has src and tgt too, and would run
     "hear_keys_viola": "numbers_to_words",
     "hear_keys_codec": "numbers_to_words",
+    "think_scratchpad": "numbers_to_words",
+    "think_start": "numbers_to_words",
+    "think_direct": "numbers_to_words",
 }
 
 

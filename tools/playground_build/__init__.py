@@ -14,8 +14,10 @@
     mend_line         the mend-the-line page: chapter 18's BART, its beam search's candidates for a line with a gap
     hear_keys         the hear-the-keys page: chapter 19's VioLA as a step model and its codec's decoder, sampled with
                       the pages' seeded numbers, and the Goertzel reading of the sound
+    watch_think       the watch-it-think page: chapter 21's three addition models as step models, greedy and sampled
+                      with the pages' seeded numbers, the program's verdicts and the vote
 
 Each model's module has a `build(models)` that writes its ONNX file into the folder `models` and returns its entry
 of meta.json and of expected.json (the brackets' also the int8 file's own answers, or None; the assistant's writes
-three files and hear_keys two, and each returns an entry of meta.json for each).
+three files, watch_think three and hear_keys two, and each returns an entry of meta.json for each).
 """
