@@ -204,6 +204,10 @@ def test_the_page_samples_and_votes_as_the_build_did(page, site_url, expected, m
         opened = False
         shown = _samples_shown(page)
         assert [s["ids"] for s in shown] == [s["ids"] for s in case["samples"]], (case["problem"], case["model"])
+        tok = reasoning.arithmetic_tokenizer()
+        assert [s["text"] for s in case["samples"]] == [
+            tok.decode(s["ids"], stop_at_eos=False) for s in case["samples"]
+        ]
         sums = [arithmetic.final_answer(s["text"]) for s in case["samples"]]
         assert [s["sum"] for s in case["samples"]] == sums
         for i, (row, sample) in enumerate(zip(shown, case["samples"])):
@@ -227,6 +231,10 @@ def test_the_page_samples_and_votes_as_the_build_did(page, site_url, expected, m
         run = page.evaluate("key => window.playgroundTimings[key].last_samples", case["model"])
         prompt = len(next(p for p in expected["problems"] if p["problem"] == case["problem"])["prompt"])
         assert run["fed"] == [f for s in case["samples"] for f in [prompt] + [1] * (len(s["ids"]) - 1)]
+    specials = [
+        s for c in expected["cases"] for s in c["samples"] if min(s["ids"]) < meta["think_start"]["specials"]["count"]
+    ]
+    assert specials, "no recorded sample writes a special token: the page's dropping of them goes untested"
     assert not network_problems(page)
 
 
@@ -244,6 +252,23 @@ def test_the_example_buttons_ask_the_recorded_problems(page, site_url, expected)
         _status_after(page, "think-status", lambda p=problem: page.click(f"#think-examples [data-problem='{p}']"))
         assert page.input_value("#think-problem") == problem
         assert all(_assert_greedy(page, cases[problem]).values())
+
+
+def test_a_problem_asked_during_a_run_is_answered_once_the_run_ends(page, site_url, expected):
+    """An example pressed while 16 samples are being written is not dropped: its problem is answered next."""
+    _open_all(page, site_url)
+    page.select_option("#think-samples", "16")
+    page.fill("#think-problem", expected["examples"][1])
+    page.eval_on_selector("#think-status", "e => { e.textContent = ''; }")
+    page.click("#think-go")
+    later = expected["examples"][2]
+    page.click(f"#think-examples [data-problem='{later}']")  # while the first problem's samples are being written
+    page.wait_for_function(
+        "p => document.getElementById('think-status').textContent.startsWith(p + ' = ')", arg=later, timeout=120_000
+    )
+    assert page.input_value("#think-problem") == later
+    assert all(_assert_greedy(page, next(p for p in expected["problems"] if p["problem"] == later)).values())
+    assert len(_samples_shown(page)) == 16
 
 
 def test_the_page_reads_problems_as_the_program_does(page, site_url):
@@ -271,8 +296,8 @@ BAD = [
     (
         "#think-problem",
         "1234567890+1",
-        "“1234567890” has 10 digits; the page takes at most 9: the models' 128 positions hold the problem and the "
-        "longest worked answer for 9 digits, and no more.",
+        "“1234567890” has 10 digits; the page takes numbers of at most 9, so that the problem and the longest worked "
+        "answer always fit in the models' 128 positions.",
     ),
     ("#think-seed", "", "The seed must be a whole number from 0 to 4294967295, got “”."),
     ("#think-seed", "4294967296", "The seed must be a whole number from 0 to 4294967295, got “4294967296”."),

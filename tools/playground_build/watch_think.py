@@ -74,6 +74,7 @@ CASES = list(
             (DEFAULT[0], "think_direct", 8, 1),
             ("478+356", "think_start", 16, 3),
             ("13458+86735", "think_scratchpad", 4, 1),
+            ("13458+86735", "think_start", 4, 0),  # its third sample writes a special token, which decode drops
             ("7+8", "think_direct", 1, 2),
         ]
     )

@@ -31,22 +31,22 @@ function scratchpad(a, b) {
     steps.push(`${dx}+${dy}+${carry}=${total}`);
     carry = Math.floor(total / 10);
   }
-  return `${steps.join(";")};=${Number(a) + Number(b)}${END}`;
+  return `${steps.join(";")};=${BigInt(a) + BigInt(b)}${END}`;
 }
 
 // reasoning.answer_budget: the longest right answer for the numbers' lengths, plus 4
 function budget(problem, style) {
   const digits = Math.max(problem.a.length, problem.b.length), largest = "9".repeat(digits);
-  const longest = style === "direct" ? `${2 * Number(largest)}${END}` : scratchpad(largest, largest);
+  const longest = style === "direct" ? `${2n * BigInt(largest)}${END}` : scratchpad(largest, largest);
   return longest.length + 4;
 }
 
-// arithmetic.final_answer: the digits after the last "=" (the whole answer when it has none), up to END; null when
-// they are no number or END never comes
+// arithmetic.final_answer: the digits after the last "=" (the whole answer when it has none), up to END, as a whole
+// number of any length (a BigInt, as Python's int); null when they are no number or END never comes
 function finalAnswer(text) {
   if (!text.includes(END)) return null;
   const body = text.slice(0, text.indexOf(END)), digits = body.slice(body.lastIndexOf("=") + 1);
-  return /^[0-9]+$/.test(digits) ? Number(digits) : null;
+  return /^[0-9]+$/.test(digits) ? BigInt(digits) : null;
 }
 
 // The program's verdict on one answer: the sum read, right or not, every step right (arithmetic.steps_right)
@@ -90,16 +90,17 @@ function checkProblem(raw, info) {
         `as ${n.replace(/^0+(?=.)/, "")}.` };
     }
     if (n.length > info.max_digits) {
-      return { error: `“${n}” has ${n.length} digits; the page takes at most ${info.max_digits}: the models' ` +
-        `${info.max_len} positions hold the problem and the longest worked answer for ${info.max_digits} digits, ` +
-        "and no more." };
+      return { error: `“${n}” has ${n.length} digits; the page takes numbers of at most ${info.max_digits}, so ` +
+        `that the problem and the longest worked answer always fit in the models' ${info.max_len} positions.` };
     }
   }
-  return { problem: { a, b, text: `${a}+${b}`, sum: Number(a) + Number(b) } };
+  return { problem: { a, b, text: `${a}+${b}`, sum: BigInt(a) + BigInt(b) } };
 }
 
-// The seed field -> a whole number from 0 to 2^32 - 1, or an error
-function checkSeed(raw) {
+// The seed field -> a whole number from 0 to 2^32 - 1, or an error. A number field gives "" for what it cannot read
+// as a number ("1e"): `unreadable` says so, so that the message does not quote an empty field
+function checkSeed(raw, unreadable = false) {
+  if (unreadable) return { error: `The seed must be a whole number from 0 to ${SEED_MAX}; the field holds no number.` };
   const text = raw.trim();
   if (!/^[0-9]+$/.test(text) || Number(text) > SEED_MAX) {
     return { error: `The seed must be a whole number from 0 to ${SEED_MAX}, got “${raw}”.` };
@@ -108,7 +109,8 @@ function checkSeed(raw) {
 }
 
 const promptIds = (info, problem) => [info.specials.bos, ...[...`${problem.text}=`].map((c) => info.itos.indexOf(c))];
-const textOf = (info, ids) => ids.map((id) => info.itos[id]).join("");
+// The ids -> the text, as CharTokenizer.decode(ids, stop_at_eos=False): the special tokens dropped
+const textOf = (info, ids) => ids.filter((id) => id >= info.specials.count).map((id) => info.itos[id]).join("");
 
 // One character at temperature 1: the first whose cumulative probability exceeds u, the sums first to last
 function sampleOne(logits, u) {
@@ -159,6 +161,7 @@ const rightSaid = (v) => (v.sum === null ? "no sum" : v.right ? "right" : "wrong
 
 let models = null; // key -> {ort, session, info}
 let running = false;
+let again = false; // asked again while a run was going: answer the form as it is once that run ends
 
 // One row of the greedy table as the model writes: its text, the sum read, the verdict and the steps
 function showGreedy(key, problem, written, done) {
@@ -215,7 +218,7 @@ function showVote(problem, verdicts) {
 async function think() {
   const info = models[KEYS[0]].info; // the three share the characters, the lengths and the digits allowed
   const c = checkProblem($("think-problem").value, info);
-  const s = checkSeed($("think-seed").value);
+  const s = checkSeed($("think-seed").value, $("think-seed").validity.badInput);
   const field = c.error ? $("think-problem") : $("think-seed"), other = c.error ? $("think-seed") : $("think-problem");
   other.setAttribute("aria-invalid", "false");
   const bad = showError($("think-error"), field, c.error ?? s.error ?? null);
@@ -261,9 +264,16 @@ async function think() {
 
 async function onSubmit(event) {
   event?.preventDefault();
-  if (models === null || running) return; // the buttons stay enabled, so focus stays where the reader left it
+  if (models === null) return;
+  if (running) { // the buttons stay enabled, so focus stays where the reader left it; the newest request runs next
+    again = true;
+    return;
+  }
   running = true;
-  await guarded("watch think: thinking", $("think-status"), think);
+  do {
+    again = false;
+    await guarded("watch think: thinking", $("think-status"), think);
+  } while (again);
   running = false;
 }
 
