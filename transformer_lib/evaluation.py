@@ -184,7 +184,12 @@ def report(results: Sequence[Result]) -> str:
 
 
 def run_lm_eval(
-    model: nn.Module, tokenizer, tasks: dict[str, dict], docs: Sequence[dict], batch_size: int = 32
+    model: nn.Module,
+    tokenizer,
+    tasks: dict[str, dict],
+    docs: Sequence[dict],
+    batch_size: int = 32,
+    add_bos_token: bool | None = None,
 ) -> dict:
     """Evaluate a Hugging Face causal language model with EleutherAI's lm-evaluation-harness (the `lm-eval` package,
     in the test extra), in this process, on tasks of our own.
@@ -194,6 +199,11 @@ def run_lm_eval(
     dataset_path, data_files and test split are filled in here). `tokenizer` is a Hugging Face tokenizer
     (`tl.hf.to_hf_tokenizer` for the book's character models). Returns lm-eval's output: "results" per task, and
     "samples", every document's record (its requests' answers and its scores), in the documents' order.
+
+    `add_bos_token` is lm-eval's own switch for how it encodes text: None leaves it to the tokenizer, and
+    `to_hf_tokenizer`'s puts `<bos>` first, as the book's prompts have it. A rolling log-likelihood (bits per byte)
+    wants False: the text then starts from lm-eval's prefix token alone (the tokenizer's `<bos>`), as
+    `bits_per_byte` with `prefix_id` the `<bos>` id reads it, rather than predicting a `<bos>` as part of the text.
     """
     import json
     import tempfile
@@ -218,6 +228,7 @@ def run_lm_eval(
             tokenizer=tokenizer,
             batch_size=batch_size,
             max_length=getattr(model.config, "max_position_embeddings", None),
+            add_bos_token=add_bos_token,
         )
         out = simple_evaluate(
             model=lm, tasks=list(tasks), task_manager=TaskManager(include_path=folder), log_samples=True

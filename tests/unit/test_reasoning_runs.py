@@ -122,3 +122,38 @@ def test_lm_eval_reads_the_exported_model_as_the_book_does():
     # lm-eval's is_greedy and exact match against ours: the same verdicts (a near-tie may flip one on another CPU)
     assert sum(bool(s["acc"]) != v for s, v in zip(likelihood, steps)) <= 1
     assert sum(bool(s["exact_match"]) != v for s, v in zip(greedy, sums)) <= 1
+
+
+@pytest.mark.slow
+def test_lm_eval_reads_bits_per_byte_as_the_books_harness_does():
+    """lm-eval's rolling log-likelihood (its bits_per_byte task) on three streams of worked additions, one shorter than
+    the model's 128 positions and two longer (several windows each), against tl.evaluation.bits_per_byte with the
+    same prefix token: the same bits per byte, document by document, and the same total."""
+    pytest.importorskip("lm_eval")
+    import math
+
+    import transformer_lib as tl
+
+    model, _ = load_checkpoint("addition_start")
+    model.eval()
+    tok = R.arithmetic_tokenizer()
+    rng = random.Random(3)
+    texts = []
+    for n in (3, 12, 25):
+        pairs = ar.random_problems(n, (1, 4), rng)
+        texts.append("".join(ar.problem(a, b) + ar.scratchpad(a, b) for a, b in pairs))
+    assert len(texts[0]) < model.config.max_len < len(texts[1]) < len(texts[2])
+    task = {"output_type": "loglikelihood_rolling", "doc_to_text": "", "doc_to_target": "{{text}}",
+            "metric_list": [{"metric": "bits_per_byte"}]}  # fmt: skip
+    hf_tok = tl.hf.to_hf_tokenizer(tok)
+    out = tl.evaluation.run_lm_eval(
+        tl.hf.to_hf(model), hf_tok, {"addition_stream": task}, [{"text": t} for t in texts], add_bos_token=False
+    )
+    records = out["samples"]["addition_stream"]
+    for text, record in zip(texts, records):
+        loglikelihood, size = record["bits_per_byte"]  # lm-eval's per-document pair: total log-likelihood, bytes
+        assert size == len(text.encode("utf-8"))
+        ours = tl.evaluation.bits_per_byte(model, tok.encode(text), text, prefix_id=hf_tok.bos_token_id, max_len=128)
+        assert -loglikelihood / math.log(2) / size == pytest.approx(ours, rel=1e-5)
+    total = sum(-r["bits_per_byte"][0] for r in records) / math.log(2) / sum(len(t) for t in texts)
+    assert out["results"]["addition_stream"]["bits_per_byte,none"] == pytest.approx(total, rel=1e-9)
