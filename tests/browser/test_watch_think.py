@@ -22,8 +22,8 @@ import pytest
 from transformer_lib import arithmetic, evaluation, reasoning
 
 from .checks import network_problems
-from .conftest import ROOT, _missing
-from .test_playground import ANSWERED, BUILT, _agreement, _status_after, tab_to
+from .conftest import ROOT
+from .test_playground import ANSWERED, _agreement, _status_after, built_entry, tab_to
 
 pytestmark = pytest.mark.browser
 KEYS = ["think_scratchpad", "think_start", "think_direct"]  # meta.json's keys, the greedy table's rows in order
@@ -31,24 +31,14 @@ NAMES = {"think_scratchpad": "scratchpad", "think_start": "start", "think_direct
 STYLES = {"think_scratchpad": "scratchpad", "think_start": "scratchpad", "think_direct": "direct"}
 
 
-def _built(path: str) -> dict:
-    if not (BUILT / "expected.json").is_file():
-        _missing("the playgrounds were not built (no npm when `make book` ran); install nodejs and npm")
-    return json.loads((BUILT / path).read_text())
-
-
 @pytest.fixture(scope="module")
 def expected() -> dict:
-    everything = _built("expected.json")
-    assert "watch_think" in everything, "expected.json has no 'watch_think': the site was built before the page existed"
-    return everything["watch_think"]
+    return built_entry("watch_think", "expected.json")
 
 
 @pytest.fixture(scope="module")
 def meta() -> dict:
-    everything = _built("models/meta.json")
-    assert all(key in everything for key in KEYS), "meta.json lacks the addition models: run `make book`"
-    return {key: everything[key] for key in KEYS}
+    return {key: built_entry(key, "models/meta.json") for key in KEYS}
 
 
 def _open_all(page, site_url, request=None):
