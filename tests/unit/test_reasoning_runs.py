@@ -126,9 +126,10 @@ def test_lm_eval_reads_the_exported_model_as_the_book_does():
 
 @pytest.mark.slow
 def test_lm_eval_reads_bits_per_byte_as_the_books_harness_does():
-    """lm-eval's rolling log-likelihood (its bits_per_byte task) on three streams of worked additions, one shorter than
-    the model's 128 positions and two longer (several windows each), against tl.evaluation.bits_per_byte with the
-    same prefix token: the same bits per byte, document by document, and the same total."""
+    """lm-eval's rolling log-likelihood with its bits_per_byte metric, on a task of ours over three streams of worked
+    additions, one shorter than the model's 128 positions and two longer (4 and 8 windows), against
+    tl.evaluation.bits_per_byte with the same prefix token: the same bits per byte, document by document. Its total
+    over the documents is lm-eval's summed log-likelihood over the summed bytes."""
     pytest.importorskip("lm_eval")
     import math
 
